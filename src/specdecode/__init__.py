@@ -1,0 +1,19 @@
+"""specdecode: exact speculative decoding with draft-model and n-gram proposers."""
+
+from .engine import GenerationOutput, RequestError, SpeculativeGenerator
+from .models import ModelError
+from .rejection import rejection_sample
+from .sampling import InvalidParameter, SamplingParams, probs_from_logits
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "GenerationOutput",
+    "InvalidParameter",
+    "ModelError",
+    "RequestError",
+    "SamplingParams",
+    "SpeculativeGenerator",
+    "probs_from_logits",
+    "rejection_sample",
+]

@@ -1,0 +1,305 @@
+"""The speculative decoding loop, one request at a time.
+
+The data path, top to bottom in `SpeculativeGenerator.generate`:
+    prompt -> prefill target -> first token
+    repeat: proposer.propose(k) -> target.forward(last token + drafts) -> probs_from_logits
+            -> rejection_sample -> target cache keeps the accepted prefix -> stop checks -> stream
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from .backends.base import ModelRunner
+from .proposers import Proposer
+from .rejection import rejection_sample
+from .sampling import InvalidParameter, SamplingParams, probs_from_logits
+from .textstream import OnToken, TextStream
+
+Prompt = str | Sequence[int] | Sequence[dict]
+
+
+class RequestError(ValueError):
+    """The request cannot be served as given (empty prompt, too long for the context, ...)."""
+
+
+@dataclass
+class StepRecord:
+    """One target pass: when it finished (seconds since the request began) and what it emitted."""
+
+    end_s: float
+    drafted: int
+    accepted: int
+    emitted: int
+
+
+@dataclass
+class GenerationStats:
+    prompt_tokens: int = 0
+    new_tokens: int = 0
+    target_passes: int = 0  # including the prefill pass that produces the first token
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    drafted_per_position: list[int] = field(default_factory=list)
+    accepted_per_position: list[int] = field(default_factory=list)
+    prefill_s: float = 0.0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    total_s: float = 0.0
+    ttft_s: float = 0.0
+    finish_reason: str = "length"
+    steps: list[StepRecord] = field(default_factory=list)
+
+    def record_positions(self, drafted: int, accepted: int) -> None:
+        while len(self.drafted_per_position) < drafted:
+            self.drafted_per_position.append(0)
+            self.accepted_per_position.append(0)
+        for i in range(drafted):
+            self.drafted_per_position[i] += 1
+            self.accepted_per_position[i] += int(i < accepted)
+
+    def as_dict(self) -> dict:
+        decode_s = self.total_s - self.ttft_s
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "new_tokens": self.new_tokens,
+            "target_passes": self.target_passes,
+            "drafted_tokens": self.drafted_tokens,
+            "accepted_tokens": self.accepted_tokens,
+            "acceptance_rate": self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0,
+            "mean_accepted_tokens": self.new_tokens / self.target_passes if self.target_passes else 0.0,
+            "per_position_acceptance": [
+                a / d if d else 0.0 for a, d in zip(self.accepted_per_position, self.drafted_per_position)
+            ],
+            "drafted_per_position": list(self.drafted_per_position),
+            "accepted_per_position": list(self.accepted_per_position),
+            "tokens_per_s": self.new_tokens / self.total_s if self.total_s > 0 else 0.0,
+            "decode_tokens_per_s": (self.new_tokens - 1) / decode_s if decode_s > 0 and self.new_tokens > 1 else 0.0,
+            "ttft_s": self.ttft_s,
+            "prefill_s": self.prefill_s,
+            "draft_s": self.draft_s,
+            "verify_s": self.verify_s,
+            "other_s": max(0.0, self.total_s - self.prefill_s - self.draft_s - self.verify_s),
+            "total_s": self.total_s,
+            "finish_reason": self.finish_reason,
+            "steps": [[round(s.end_s, 6), s.drafted, s.accepted, s.emitted] for s in self.steps],
+        }
+
+
+@dataclass
+class GenerationOutput:
+    text: str
+    token_ids: list[int]
+    stats: dict
+    prompt_token_ids: list[int]
+    finish_reason: str
+
+
+class SpeculativeGenerator:
+    """Exact speculative decoding over a target ModelRunner and a Proposer."""
+
+    def __init__(
+        self,
+        target: ModelRunner,
+        tokenizer,
+        proposers: dict[str, Proposer],
+        default_proposer: str = "draft",
+        eos_token_ids: Sequence[int] = (),
+    ):
+        if default_proposer not in proposers:
+            raise ValueError(f"default proposer '{default_proposer}' is not among {sorted(proposers)}")
+        self.target = target
+        self.tokenizer = tokenizer
+        self.proposers = dict(proposers)
+        self.default_proposer = default_proposer
+        self.eos_token_ids = frozenset(int(t) for t in eos_token_ids)
+
+    @property
+    def proposer(self) -> Proposer:
+        return self.proposers[self.default_proposer]
+
+    def get_proposer(self, name: str | None) -> Proposer:
+        name = name or self.default_proposer
+        if name not in self.proposers:
+            raise RequestError(f"proposer '{name}' is not available here; loaded: {', '.join(sorted(self.proposers))}")
+        return self.proposers[name]
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        target: str = "default",
+        draft: str | None = "default",
+        proposer: str = "draft",
+        dtype: str = "bfloat16",
+        **proposer_options,
+    ) -> "SpeculativeGenerator":
+        """Load models by spec ('default', a directory, a .gguf file, a cached Hugging Face id).
+
+        `draft` is ignored unless proposer == "draft". Every generator can also run "ngram" and
+        "none" per request.
+        """
+        from .loading import load_generator
+
+        return load_generator(target=target, draft=draft, proposer=proposer, dtype=dtype, **proposer_options)
+
+    @classmethod
+    def from_models(cls, target_model, tokenizer, proposer: str = "draft", draft_model=None, draft_tokenizer=None,
+                    **proposer_options) -> "SpeculativeGenerator":
+        """Wrap already-loaded transformers models (e.g. built from a config in a test)."""
+        from .loading import build_generator
+
+        return build_generator(target_model, tokenizer, proposer, draft_model, draft_tokenizer, **proposer_options)
+
+    # -- prompt handling -------------------------------------------------------------------------
+
+    def encode(self, prompt: Prompt, chat: bool = True) -> list[int]:
+        if isinstance(prompt, str):
+            if not prompt.strip():
+                raise RequestError("the prompt is empty: give some text or a list of token ids")
+            if chat:
+                return self._chat_ids([{"role": "user", "content": prompt}])
+            return list(self.tokenizer(prompt, add_special_tokens=True)["input_ids"])
+        items = list(prompt)
+        if not items:
+            raise RequestError("the prompt is empty: give some text or a list of token ids")
+        if all(isinstance(m, dict) for m in items):
+            return self._chat_ids(items)
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in items):
+            raise RequestError("a prompt must be a string, a list of token ids, or a list of chat messages")
+        bad = [t for t in items if not 0 <= t < self.target.vocab_size]
+        if bad:
+            raise RequestError(f"prompt token id {bad[0]} is outside the vocabulary [0, {self.target.vocab_size})")
+        return list(items)
+
+    def _chat_ids(self, messages: list[dict]) -> list[int]:
+        if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
+            raise RequestError("this target model has no chat template: pass chat=False (CLI: --no-chat)")
+        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        return list(ids)
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def generate(
+        self,
+        prompt: Prompt,
+        params: SamplingParams | None = None,
+        k: int = 4,
+        chat: bool = True,
+        on_token: OnToken | None = None,
+        proposer: str | None = None,
+    ) -> GenerationOutput:
+        """Generate a continuation of `prompt` (text, token ids, or chat messages).
+
+        k is the number of tokens drafted per target pass; `proposer` overrides the default one
+        for this request. on_token(token_id, text_delta) is called for every emitted token.
+        """
+        params = params or SamplingParams()
+        drafter = self.get_proposer(proposer)
+        if not isinstance(k, int) or isinstance(k, bool) or k < 0:
+            raise InvalidParameter(f"k must be an integer >= 0 (tokens drafted per step), got {k!r}")
+        prompt_ids = self.encode(prompt, chat)
+        limit = self.target.max_context
+        if len(prompt_ids) >= limit:
+            raise RequestError(
+                f"the prompt has {len(prompt_ids)} tokens but the target's context is {limit}: shorten the prompt"
+            )
+        generator = params.make_generator()
+        stats = GenerationStats(prompt_tokens=len(prompt_ids))
+        text = TextStream(self.tokenizer, params.stop, on_token)
+        stop_ids = set(params.stop_token_ids) | (set() if params.ignore_eos else set(self.eos_token_ids))
+
+        start = time.perf_counter()
+        self.target.reset()
+        drafter.start(prompt_ids)
+
+        # Prefill: one pass over the prompt gives p for the first new token.
+        logits = self.target.forward(prompt_ids)
+        p = probs_from_logits(logits, params)
+        first, _ = rejection_sample(_no_drafts(), None, p.unsqueeze(0), generator)
+        stats.prefill_s = time.perf_counter() - start
+        stats.target_passes = 1
+        context = prompt_ids + [int(first[0, 0])]
+        generated: list[int] = []
+        done = self._emit(context[-1], generated, text, stop_ids, params, stats)
+        stats.ttft_s = time.perf_counter() - start
+        stats.steps.append(StepRecord(stats.ttft_s, 0, 0, 1))
+
+        while not done:
+            # After this step the sequence may hold len(context) + k + 1 tokens.
+            room = limit - len(context) - 1
+            if room < 0:
+                stats.finish_reason = "length"
+                break
+            step_k = min(k, params.max_new_tokens - len(generated) - 1, room)
+
+            t0 = time.perf_counter()
+            proposal = drafter.propose(context, step_k, params, generator)
+            drafts = proposal.tokens[:step_k]
+            q = None if proposal.probs is None else proposal.probs[: len(drafts)].unsqueeze(0)
+            t1 = time.perf_counter()
+
+            # Verify: the last emitted token and all drafts at their positions, in one target pass.
+            logits = self.target.forward([context[-1]] + drafts, all_logits=True)
+            p = probs_from_logits(logits, params).unsqueeze(0)
+            draft_tensor = torch.tensor([drafts], dtype=torch.long)
+            tokens, num_accepted = rejection_sample(draft_tensor, q, p, generator)
+            accepted = int(num_accepted[0])
+            # Commit: the cache keeps the context and the accepted drafts; the last emitted token is
+            # fed with the next pass, so everything after is dropped.
+            self.target.truncate(len(context) + accepted)
+            t2 = time.perf_counter()
+
+            stats.draft_s += t1 - t0
+            stats.verify_s += t2 - t1
+            stats.target_passes += 1
+            stats.drafted_tokens += len(drafts)
+            stats.accepted_tokens += accepted
+            stats.record_positions(len(drafts), accepted)
+
+            emitted = 0
+            for token in tokens[0, : accepted + 1].tolist():
+                context.append(token)
+                emitted += 1
+                done = self._emit(token, generated, text, stop_ids, params, stats)
+                if done:
+                    break
+            stats.steps.append(StepRecord(time.perf_counter() - start, len(drafts), accepted, emitted))
+
+        stats.total_s = time.perf_counter() - start
+        stats.new_tokens = len(generated)
+        final_text = text.finish()
+        return GenerationOutput(
+            text=final_text,
+            token_ids=generated,
+            stats=stats.as_dict(),
+            prompt_token_ids=prompt_ids,
+            finish_reason=stats.finish_reason,
+        )
+
+    @staticmethod
+    def _emit(token: int, generated: list[int], text: "TextStream", stop_ids: set[int], params: SamplingParams,
+              stats: GenerationStats) -> bool:
+        """Append one token; True when the request is finished."""
+        generated.append(token)
+        if token in stop_ids:
+            text.push(token, final=True)
+            stats.finish_reason = "stop"
+            return True
+        if text.push(token):
+            stats.finish_reason = "stop"
+            return True
+        if len(generated) >= params.max_new_tokens:
+            stats.finish_reason = "length"
+            return True
+        return False
+
+
+def _no_drafts() -> torch.Tensor:
+    return torch.zeros((1, 0), dtype=torch.long)

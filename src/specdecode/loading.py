@@ -1,0 +1,79 @@
+"""Build a SpeculativeGenerator from model specs or already-loaded transformers models."""
+
+from __future__ import annotations
+
+import torch
+
+from .backends.hf import HFRunner, load_model, parse_dtype
+from .engine import SpeculativeGenerator
+from .models import ModelError, check_vocab_compatible, resolve
+from .proposers import PROPOSERS, DraftModelProposer, NgramProposer, NoProposer
+
+
+def load_generator(
+    target: str = "default",
+    draft: str | None = "default",
+    proposer: str = "draft",
+    dtype: str = "bfloat16",
+    ngram_max: int = 3,
+    ngram_min: int = 1,
+) -> SpeculativeGenerator:
+    _check_proposer(proposer)
+    torch_dtype = parse_dtype(dtype)
+    target_model, tokenizer = _load(target, "target", torch_dtype)
+    draft_model = draft_tokenizer = None
+    if proposer == "draft":
+        if not draft:
+            raise ModelError("the draft proposer needs a draft model: pass --draft (e.g. 'default')")
+        draft_model, draft_tokenizer = _load(draft, "draft", torch_dtype)
+    return build_generator(
+        target_model, tokenizer, proposer, draft_model, draft_tokenizer, ngram_max=ngram_max, ngram_min=ngram_min
+    )
+
+
+def build_generator(
+    target_model,
+    tokenizer,
+    proposer: str = "draft",
+    draft_model=None,
+    draft_tokenizer=None,
+    ngram_max: int = 3,
+    ngram_min: int = 1,
+) -> SpeculativeGenerator:
+    """The generator over loaded models. Every generator can also run `ngram` and `none` per
+    request; `draft` is available when a draft model is given."""
+    _check_proposer(proposer)
+    runner = HFRunner(target_model)
+    proposers = {"none": NoProposer(), "ngram": NgramProposer(max_n=ngram_max, min_n=ngram_min)}
+    if draft_model is not None:
+        draft_runner = HFRunner(draft_model)
+        check_vocab_compatible(tokenizer, draft_tokenizer or tokenizer, runner.vocab_size, draft_runner.vocab_size)
+        proposers["draft"] = DraftModelProposer(draft_runner, runner.vocab_size)
+    elif proposer == "draft":
+        raise ModelError("the draft proposer needs a draft model")
+    return SpeculativeGenerator(runner, tokenizer, proposers, default_proposer=proposer,
+                                eos_token_ids=eos_ids(target_model, tokenizer))
+
+
+def eos_ids(model, tokenizer) -> list[int]:
+    ids: set[int] = set()
+    gen_cfg = getattr(model, "generation_config", None)
+    for source in (getattr(gen_cfg, "eos_token_id", None), getattr(model.config, "eos_token_id", None),
+                   getattr(tokenizer, "eos_token_id", None)):
+        if source is None:
+            continue
+        ids.update([source] if isinstance(source, int) else source)
+    return sorted(ids)
+
+
+def _check_proposer(name: str) -> None:
+    if name not in PROPOSERS:
+        raise ModelError(f"unknown proposer '{name}': choose one of {', '.join(PROPOSERS)}")
+
+
+def _load(spec: str, role: str, dtype: torch.dtype):
+    resolved = resolve(spec, role)
+    try:
+        return load_model(str(resolved.path), dtype)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelError(f"could not load the {role} model from {resolved.path}: {exc}") from exc

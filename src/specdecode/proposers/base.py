@@ -1,0 +1,34 @@
+"""The proposer interface: anything that guesses the next few tokens of a sequence."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from ..sampling import SamplingParams
+
+
+@dataclass
+class Proposal:
+    tokens: list[int]  # at most k drafted tokens (possibly none)
+    # The distributions the tokens were sampled from, [len(tokens), V_target] float32, or None when
+    # the proposal is deterministic (q is one-hot on each token).
+    probs: torch.Tensor | None = None
+
+
+class Proposer(Protocol):
+    name: str
+
+    def start(self, prompt_ids: list[int]) -> None:
+        """A new sequence begins with these prompt tokens."""
+
+    def propose(
+        self, context: list[int], k: int, params: SamplingParams, generator: torch.Generator | None
+    ) -> Proposal:
+        """Guess up to k tokens following `context` (prompt + everything emitted so far).
+
+        Which tokens are proposed may depend on anything; exactness only requires that `probs` is
+        the distribution each token was actually drawn from.
+        """

@@ -1,0 +1,74 @@
+"""A smaller model of the same vocabulary drafts tokens autoregressively with its own KV cache."""
+
+from __future__ import annotations
+
+import torch
+
+from ..backends.base import ModelRunner
+from ..sampling import SamplingParams, probs_from_logits, sample_from
+from .base import Proposal
+
+
+class DraftModelProposer:
+    """Draft k tokens by sampling from q with the request's own sampling params.
+
+    The draft's cache keeps whatever it has processed; on each call the part that still agrees
+    with the context is kept and the rest dropped, so rejected drafts roll back and a fully
+    accepted block (whose last draft the draft model never processed) is fed first.
+    """
+
+    name = "draft"
+
+    def __init__(self, runner: ModelRunner, target_vocab: int):
+        if runner.vocab_size > target_vocab:
+            raise ValueError(f"draft vocabulary {runner.vocab_size} is larger than the target's {target_vocab}")
+        self.runner = runner
+        self.target_vocab = target_vocab
+        self.cached: list[int] = []  # tokens in the draft's KV cache
+        self.stable = 0  # prefix of `cached` known to be verified context
+
+    def start(self, prompt_ids: list[int]) -> None:
+        self.runner.reset()
+        self.cached = []
+        self.stable = 0
+
+    def propose(
+        self, context: list[int], k: int, params: SamplingParams, generator: torch.Generator | None
+    ) -> Proposal:
+        if k <= 0:
+            return Proposal(tokens=[])
+        keep = _common_prefix(self.cached, context, start=min(self.stable, len(self.cached)))
+        keep = min(keep, len(context) - 1)  # the last token must be fed to get the next logits
+        self.runner.truncate(keep)
+        del self.cached[keep:]
+        self.stable = len(context)
+
+        feed = context[keep:]
+        tokens: list[int] = []
+        probs: list[torch.Tensor] = []
+        for _ in range(k):
+            logits = self.runner.forward(feed)[-1]
+            self.cached.extend(feed)
+            if params.greedy:
+                token = int(logits.argmax())
+            else:
+                q = self._pad(probs_from_logits(logits, params))
+                token = int(sample_from(q, generator))
+                probs.append(q)
+            tokens.append(token)
+            feed = [token]
+        return Proposal(tokens=tokens, probs=torch.stack(probs) if probs else None)
+
+    def _pad(self, q: torch.Tensor) -> torch.Tensor:
+        # A draft whose vocabulary is a prefix of the target's gives zero mass to the rest.
+        if q.shape[-1] == self.target_vocab:
+            return q
+        return torch.nn.functional.pad(q, (0, self.target_vocab - q.shape[-1]))
+
+
+def _common_prefix(a: list[int], b: list[int], start: int = 0) -> int:
+    n = min(len(a), len(b))
+    i = start
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

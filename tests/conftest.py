@@ -1,0 +1,32 @@
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import tiny  # noqa: E402
+
+from specdecode import SpeculativeGenerator  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tok():
+    return tiny.tokenizer()
+
+
+@pytest.fixture(scope="session")
+def target_model():
+    return tiny.model(hidden=64, layers=2, seed=0)
+
+
+@pytest.fixture(scope="session")
+def twin_gen(target_model, tok):
+    """Draft = an exact copy of the target: every draft should be accepted."""
+    return SpeculativeGenerator.from_models(target_model, tok, "draft", tiny.model(hidden=64, layers=2, seed=0), tok)
+
+
+@pytest.fixture(scope="session")
+def small_draft_gen(target_model, tok):
+    """Draft = a smaller, differently initialised model: mostly rejected."""
+    return SpeculativeGenerator.from_models(target_model, tok, "draft", tiny.model(hidden=32, layers=1, seed=1), tok)
