@@ -30,3 +30,16 @@ def twin_gen(target_model, tok):
 def small_draft_gen(target_model, tok):
     """Draft = a smaller, differently initialised model: mostly rejected."""
     return SpeculativeGenerator.from_models(target_model, tok, "draft", tiny.model(hidden=32, layers=1, seed=1), tok)
+
+
+@pytest.fixture(scope="session")
+def tiny_dirs(tmp_path_factory, tok):
+    """Target, draft and a draft with another vocabulary, saved as checkpoints on disk."""
+    root = tmp_path_factory.mktemp("tiny-models")
+    paths = {}
+    for name, model in (("target", tiny.model()), ("draft", tiny.model(hidden=32, layers=1, seed=1)),
+                        ("bigvocab", tiny.model(hidden=32, layers=1, vocab=tiny.VOCAB + 10))):
+        model.save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+        paths[name] = str(root / name)
+    return paths

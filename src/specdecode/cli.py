@@ -156,7 +156,8 @@ def main() -> None:
     except USER_ERRORS as exc:
         if debug:
             raise
-        err.print(f"error: {exc}", highlight=False, markup=False)
+        # Plain print: one line, never wrapped to the terminal width.
+        print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
+from transformers.utils import logging as hf_logging
 
 DTYPES = {
     "bfloat16": torch.bfloat16,
@@ -23,6 +24,9 @@ def parse_dtype(name: str) -> torch.dtype:
 
 
 def load_model(path: str, dtype: torch.dtype) -> tuple[PreTrainedModel, object]:
+    # transformers' per-tensor progress bars and notices drown the CLI's own output.
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     model.eval()
