@@ -51,7 +51,8 @@ def summary_line(stats: dict, proposer: str, k: int) -> str:
 Target = typer.Option("default", "--target", help="target model: default, a directory, a .gguf file or a cached HF id")
 Draft = typer.Option("default", "--draft", help="draft model (for --proposer draft)")
 Proposer = typer.Option("draft", "--proposer", help="draft | ngram | none")
-DType = typer.Option("bfloat16", "--dtype", help="bfloat16 (bf16) | float32 (fp32)")
+DType = typer.Option("bfloat16", "--dtype", help="bfloat16 (bf16) | float32 (fp32) | int8 (dynamic int8 linears)")
+DraftDType = typer.Option(None, "--draft-dtype", help="dtype of the draft model (default: --dtype); int8 is cheap")
 
 
 @app.command()
@@ -70,6 +71,7 @@ def generate(
     stop: Optional[list[str]] = typer.Option(None, "--stop", help="stop string (repeatable)"),
     ignore_eos: bool = typer.Option(False, "--ignore-eos"),
     dtype: str = DType,
+    draft_dtype: Optional[str] = DraftDType,
     no_chat: bool = typer.Option(False, "--no-chat", help="do not apply the chat template"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object instead of streaming"),
 ):
@@ -78,7 +80,8 @@ def generate(
 
     params = sampling_from_flags(max_new_tokens, temperature, top_k, top_p, min_p, seed, stop, ignore_eos)
     steps = parse_k(k)
-    gen = SpeculativeGenerator.from_pretrained(target=target, draft=draft, proposer=proposer, dtype=dtype)
+    gen = SpeculativeGenerator.from_pretrained(target=target, draft=draft, proposer=proposer, dtype=dtype,
+                                               draft_dtype=draft_dtype)
 
     def stream(_token, delta):
         if delta:
@@ -122,30 +125,30 @@ def demo(
     k: int = typer.Option(4, "--k"),
     max_new_tokens: int = typer.Option(96, "--max-new-tokens"),
     dtype: str = DType,
+    draft_dtype: Optional[str] = DraftDType,
 ):
     """Run the default pair on two prompts with the draft, ngram and none proposers; print a table."""
     from .engine import SpeculativeGenerator
 
-    gen = SpeculativeGenerator.from_pretrained(target="default", draft="default", proposer="draft", dtype=dtype)
+    gen = SpeculativeGenerator.from_pretrained(target="default", draft="default", proposer="draft", dtype=dtype,
+                                               draft_dtype=draft_dtype)
     params = SamplingParams(max_new_tokens=max_new_tokens)
     gen.generate("Hi", SamplingParams(max_new_tokens=4), k=k, proposer="none")  # warm-up
     table = Table("prompt", "proposer", "tokens", "tok/s", "speedup", "acceptance", "mean accepted")
     for i, prompt in enumerate(DEMO_PROMPTS):
         out.rule(f"prompt {i + 1}: {prompt}")
-        base = None
+        plain = gen.generate(prompt, params, k=k, proposer="none")
+        out.print(plain.text, highlight=False, markup=False)
         for name in ("none", "draft", "ngram"):
-            result = gen.generate(prompt, params, k=k, proposer=name)
-            if name == "none":
-                out.print(result.text, highlight=False, markup=False)
-                base = result.stats["tokens_per_s"]
+            result = plain if name == "none" else gen.generate(prompt, params, k=k, proposer=name)
             s = result.stats
             err.print(summary_line(s, name, k), highlight=False)
-            same = "" if name == "none" or result.token_ids == plain_ids else " (differs from plain: bf16 near-tie)"
-            if name == "none":
-                plain_ids = result.token_ids
-            table.add_row(str(i + 1), name + same, str(s["new_tokens"]), f"{s['tokens_per_s']:.2f}",
-                          f"{s['tokens_per_s'] / base:.2f}x", "-" if name == "none" else f"{s['acceptance_rate']:.1%}",
-                          f"{s['mean_accepted_tokens']:.2f}")
+            # In bf16, batched verification and one-token decoding round differently, so greedy
+            # outputs can part after a near-tie; say so rather than hide it.
+            note = "" if result.token_ids == plain.token_ids else " (output differs from plain after a near-tie)"
+            table.add_row(str(i + 1), name + note, str(s["new_tokens"]), f"{s['tokens_per_s']:.2f}",
+                          f"{s['tokens_per_s'] / plain.stats['tokens_per_s']:.2f}x",
+                          "-" if name == "none" else f"{s['acceptance_rate']:.1%}", f"{s['mean_accepted_tokens']:.2f}")
     out.print(table)
 
 

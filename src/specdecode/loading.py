@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import torch
-
 from .backends.hf import HFRunner, load_model, parse_dtype
 from .engine import SpeculativeGenerator
 from .models import ModelError, check_vocab_compatible, resolve
@@ -15,17 +13,20 @@ def load_generator(
     draft: str | None = "default",
     proposer: str = "draft",
     dtype: str = "bfloat16",
+    draft_dtype: str | None = None,
     ngram_max: int = 3,
     ngram_min: int = 1,
 ) -> SpeculativeGenerator:
+    """draft_dtype defaults to dtype; int8 drafts are cheap and cost nothing in exactness."""
     _check_proposer(proposer)
-    torch_dtype = parse_dtype(dtype)
-    target_model, tokenizer = _load(target, "target", torch_dtype)
+    dtype = parse_dtype(dtype)
+    draft_dtype = parse_dtype(draft_dtype or dtype)
+    target_model, tokenizer = _load(target, "target", dtype)
     draft_model = draft_tokenizer = None
     if proposer == "draft":
         if not draft:
             raise ModelError("the draft proposer needs a draft model: pass --draft (e.g. 'default')")
-        draft_model, draft_tokenizer = _load(draft, "draft", torch_dtype)
+        draft_model, draft_tokenizer = _load(draft, "draft", draft_dtype)
     return build_generator(
         target_model, tokenizer, proposer, draft_model, draft_tokenizer, ngram_max=ngram_max, ngram_min=ngram_min
     )
@@ -71,7 +72,7 @@ def _check_proposer(name: str) -> None:
         raise ModelError(f"unknown proposer '{name}': choose one of {', '.join(PROPOSERS)}")
 
 
-def _load(spec: str, role: str, dtype: torch.dtype):
+def _load(spec: str, role: str, dtype: str):
     resolved = resolve(spec, role)
     try:
         return load_model(str(resolved.path), dtype)

