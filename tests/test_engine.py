@@ -32,14 +32,14 @@ def test_twin_draft_accepts_all_and_passes_shrink(twin_gen):
     out = twin_gen.generate("hello", greedy(31), k=4, chat=False, proposer="draft")
     s = out.stats
     assert s["acceptance_rate"] == 1.0
-    # 1 token from prefill, then 6 passes of 4 accepted + 1 bonus = 31 tokens in 7 passes.
+    # 6 passes of 4 accepted + 1 bonus, then one plain pass for the last token.
     assert s["target_passes"] == 7 and s["new_tokens"] == 31
     assert s["mean_accepted_tokens"] == pytest.approx(31 / 7)
     assert s["per_position_acceptance"] == [1.0, 1.0, 1.0, 1.0]
     assert s["drafted_tokens"] == 24 and s["accepted_tokens"] == 24
-    # Two tokens short of a full block: the last pass drafts only what is still needed.
+    # Three tokens after 30: the last pass drafts only the 2 still needed.
     s = twin_gen.generate("hello", greedy(33), k=4, chat=False, proposer="draft").stats
-    assert s["target_passes"] == 8 and s["drafted_tokens"] == 25
+    assert s["target_passes"] == 7 and s["drafted_tokens"] == 26
 
 
 def test_max_new_tokens_ends_inside_an_accepted_block(twin_gen):
@@ -122,3 +122,6 @@ def test_generation_stops_at_the_context_limit(tok):
     gen = SpeculativeGenerator.from_models(small, tok, "draft", tiny.model(max_positions=48), tok)
     out = gen.generate([7] * 40, greedy(100), k=8, chat=False)
     assert len(out.token_ids) == 8 and out.finish_reason == "length"
+    with pytest.raises(RequestError, match="context is 48"):
+        gen.generate([7] * 48, greedy(4), chat=False)
+    assert len(gen.generate([7] * 47, greedy(4), chat=False).token_ids) == 1

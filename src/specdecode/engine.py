@@ -1,7 +1,7 @@
 """The speculative decoding loop, one request at a time.
 
 The data path, top to bottom in `SpeculativeGenerator.generate`:
-    prompt -> prefill target -> first token
+    prompt -> prefill the target with all but the last prompt token
     repeat: proposer.propose(k) -> target.forward(last token + drafts) -> probs_from_logits
             -> rejection_sample -> target cache keeps the accepted prefix -> stop checks -> stream
 """
@@ -41,7 +41,7 @@ class StepRecord:
 class GenerationStats:
     prompt_tokens: int = 0
     new_tokens: int = 0
-    target_passes: int = 0  # including the prefill pass that produces the first token
+    target_passes: int = 0  # verification passes (the prefill is not counted)
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     drafted_per_position: list[int] = field(default_factory=list)
@@ -206,7 +206,7 @@ class SpeculativeGenerator:
             raise InvalidParameter(f"k must be an integer >= 0 (tokens drafted per step), got {k!r}")
         prompt_ids = self.encode(prompt, chat)
         limit = self.target.max_context
-        if len(prompt_ids) >= limit:
+        if len(prompt_ids) + 1 > limit:
             raise RequestError(
                 f"the prompt has {len(prompt_ids)} tokens but the target's context is {limit}: shorten the prompt"
             )
@@ -218,19 +218,14 @@ class SpeculativeGenerator:
         start = time.perf_counter()
         self.target.reset()
         drafter.start(prompt_ids)
-
-        # Prefill: one pass over the prompt gives p for the first new token.
-        logits = self.target.forward(prompt_ids)
-        p = probs_from_logits(logits, params)
-        first, _ = rejection_sample(_no_drafts(), None, p.unsqueeze(0), generator)
+        # Prefill all but the last prompt token: the loop feeds that one with the first drafts, so
+        # every emitted token, the first included, goes through the same rejection step.
+        if len(prompt_ids) > 1:
+            self.target.forward(prompt_ids[:-1])
         stats.prefill_s = time.perf_counter() - start
-        stats.target_passes = 1
-        context = prompt_ids + [int(first[0, 0])]
+        context = list(prompt_ids)
         generated: list[int] = []
-        done = self._emit(context[-1], generated, text, stop_ids, params, stats)
-        stats.ttft_s = time.perf_counter() - start
-        stats.steps.append(StepRecord(stats.ttft_s, 0, 0, 1))
-
+        done = False
         while not done:
             # After this step the sequence may hold len(context) + k + 1 tokens.
             room = limit - len(context) - 1
@@ -271,6 +266,8 @@ class SpeculativeGenerator:
                 if done:
                     break
             stats.steps.append(StepRecord(time.perf_counter() - start, len(drafts), accepted, emitted))
+            if stats.target_passes == 1:
+                stats.ttft_s = stats.steps[-1].end_s
 
         stats.total_s = time.perf_counter() - start
         stats.new_tokens = len(generated)
@@ -299,7 +296,3 @@ class SpeculativeGenerator:
             stats.finish_reason = "length"
             return True
         return False
-
-
-def _no_drafts() -> torch.Tensor:
-    return torch.zeros((1, 0), dtype=torch.long)
