@@ -61,10 +61,10 @@ def _load_int8(path: Path) -> PreTrainedModel:
     key = hashlib.sha256(f"{path.resolve()}|{stamp}|{torch.__version__}".encode()).hexdigest()[:16]
     cached = models.cache_dir() / "int8" / f"{path.name}-{key}.pt"
     with models.locked(f"int8-{key}"):
-        if cached.is_file():
-            return torch.load(cached, weights_only=False).eval()
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # torch.ao's deprecation notice
+            warnings.simplefilter("ignore")  # torch.ao's and TypedStorage deprecation notices
+            if cached.is_file():
+                return torch.load(cached, weights_only=False).eval()
             from torch.ao.quantization import quantize_dynamic
 
             model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()

@@ -1,0 +1,160 @@
+"""Statistical proof that speculative sampling reproduces the target's distribution.
+
+Toy target P and draft Q (conditional tables over V tokens, tests/toy.py) go through the real
+rejection_sample round after round until L = 3 tokens exist; the joint distribution of those L
+tokens (V^L cells, so the bonus token and the position after a rejection are covered) is compared
+with the exact one computed from P.
+
+Each check is a chi-square goodness-of-fit test on cells merged to expected count >= 5 at level
+ALPHA = 1e-3: under a correct sampler a single check fails with probability 0.1% (false alarm),
+and the whole suite of ~25 positive checks with probability about 2.5%. The seeds are fixed, so a
+run is deterministic; the thresholds come from ALPHA and the sample size alone, never from the
+data. We also check TV(empirical, exact) <= the Bretagnolle-Huber-Carol bound at the same level.
+Negative controls run the same sample size through three wrong algorithms and must be rejected.
+"""
+
+import pytest
+import torch
+
+import toy
+from specdecode.goodness import one_sample
+from specdecode.naive import naive_rejection_sample
+from specdecode.sampling import SamplingParams
+
+ALPHA = 1e-3
+N = 30_000
+L = 3
+T1 = SamplingParams(temperature=1.0)
+
+
+def check(counts, P, params):
+    result = one_sample(counts, toy.exact_joint(P, params, L), alpha=ALPHA)
+    assert sum(counts.values()) == N
+    return result
+
+
+def assert_exact(result):
+    assert result.p_value >= ALPHA, result
+    assert result.tv_distance <= result.tv_bound, result
+
+
+def tables(V=4, seed=0):
+    return toy.random_table(V, seed), toy.random_table(V, seed + 100)
+
+
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_p_equals_q(k):
+    P, _ = tables(seed=1)
+    assert_exact(check(toy.simulate(P, P, k, N, L, seed=k, params=T1), P, T1))
+
+
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_different_p_and_q(k):
+    P, Q = tables(seed=2)
+    assert_exact(check(toy.simulate(P, Q, k, N, L, seed=10 + k, params=T1), P, T1))
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_disjoint_supports(k):
+    V = 6
+    P, Q = tables(V, seed=3)
+    P[..., V // 2 :] = float("-inf")  # P lives on the first half, Q on the second
+    Q[..., : V // 2] = float("-inf")
+    assert_exact(check(toy.simulate(P, Q, k, N, L, seed=20 + k, params=T1), P, T1))
+
+
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_q_zero_where_p_positive(k):
+    P, Q = tables(V=5, seed=4)
+    Q[..., 0] = float("-inf")  # the draft never proposes token 0, which P likes
+    P[..., 0] += 1.5
+    assert_exact(check(toy.simulate(P, Q, k, N, L, seed=30 + k, params=T1), P, T1))
+
+
+def test_near_one_hot_p():
+    P, Q = tables(V=4, seed=5)
+    P = P * 6.0  # most rows put > 0.99 on one token
+    assert_exact(check(toy.simulate(P, Q, 3, N, L, seed=40, params=T1), P, T1))
+
+
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_one_hot_q_deterministic_drafts(k):
+    P, Q = tables(V=4, seed=6)
+    counts = toy.simulate(P, Q, k, N, L, seed=50 + k, params=T1, deterministic=True)
+    assert_exact(check(counts, P, T1))
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=0.6),
+        SamplingParams(temperature=1.3, top_k=2),
+        SamplingParams(temperature=1.0, top_p=0.7),
+        SamplingParams(temperature=1.0, min_p=0.25),
+        SamplingParams(temperature=0.8, top_k=3, top_p=0.9, min_p=0.05),
+    ],
+    ids=["temperature", "top_k", "top_p", "min_p", "combined"],
+)
+@pytest.mark.parametrize("k", [1, 3])
+def test_sampling_transforms_on_both_sides(params, k):
+    P, Q = tables(V=5, seed=7)
+    assert_exact(check(toy.simulate(P, Q, k, N, L, seed=60 + k, params=params), P, params))
+
+
+def test_larger_vocabulary():
+    P, Q = tables(V=12, seed=8)
+    assert_exact(check(toy.simulate(P, Q, 3, N, L, seed=70, params=T1), P, T1))
+
+
+def test_greedy_is_the_argmax_path():
+    P, Q = tables(V=4, seed=9)
+    greedy = SamplingParams(temperature=0.0)
+    counts = toy.simulate(P, Q, 3, 200, L, seed=71, params=greedy)
+    (only,) = toy.exact_joint(P, greedy, L).keys()
+    assert counts == {only: 200}
+
+
+# --- negative controls: the same checks must reject these wrong algorithms --------------------
+
+
+def test_control_naive_residual_is_rejected():
+    """Sampling from p (not max(0, p - q)) after a rejection over-produces what q likes."""
+    P, Q = tables(V=4, seed=2)
+    result = check(toy.simulate(P, Q, 3, N, L, seed=80, params=T1, rejection=naive_rejection_sample), P, T1)
+    assert result.p_value < ALPHA, result
+
+
+def test_control_forgotten_bonus_is_rejected():
+    """Emitting one more unverified draft instead of the target's bonus token."""
+    P, Q = tables(V=4, seed=2)
+    result = check(toy.simulate(P, Q, 1, N, L, seed=81, params=T1, bonus_from_draft=True), P, T1)
+    assert result.p_value < ALPHA, result
+
+
+def test_control_temperature_on_one_side_is_rejected():
+    """The request asks for temperature 0.5; the draft applies it, the target forgets it."""
+    P, Q = tables(V=4, seed=2)
+    cold = SamplingParams(temperature=0.5)
+    counts = toy.simulate(P, Q, 3, N, L, seed=82, params=cold, p_params=T1)
+    result = check(counts, P, cold)
+    assert result.p_value < ALPHA, result
+
+
+def test_same_seed_same_tokens_and_batch_independence():
+    from specdecode.rejection import rejection_sample
+
+    torch.manual_seed(3)
+    V, k = 9, 4
+    q = torch.softmax(torch.randn(5, k, V), -1)
+    p = torch.softmax(torch.randn(5, k + 1, V), -1)
+    d = torch.multinomial(q.reshape(-1, V), 1).reshape(5, k)
+
+    def gens(seeds):
+        return [torch.Generator().manual_seed(s) for s in seeds]
+
+    a = rejection_sample(d, q, p, gens([1, 2, 3, 4, 5]))
+    b = rejection_sample(d, q, p, gens([1, 2, 3, 4, 5]))
+    assert torch.equal(a[0], b[0])
+    # Row 2 with seed 3 gives the same tokens whatever its neighbours are.
+    c = rejection_sample(d[[4, 2, 0]], q[[4, 2, 0]], p[[4, 2, 0]], gens([99, 3, 7]))
+    assert torch.equal(a[0][2], c[0][1])
