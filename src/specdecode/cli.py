@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections import Counter
 from typing import Optional
 
 import typer
@@ -114,6 +115,113 @@ def models():
         for name in BUNDLED))
 
 
+@app.command()
+def verify(
+    prompt: str = typer.Argument(..., help="the user message (or raw text with --no-chat)"),
+    target: str = Target,
+    draft: str = Draft,
+    proposer: str = typer.Option("draft", "--proposer", help="draft | ngram, or a comma-separated list"),
+    k: int = typer.Option(3, "--k", help="tokens drafted per target pass"),
+    samples: int = typer.Option(400, "--samples", help="continuations per method"),
+    length: int = typer.Option(2, "--length", help="tokens per continuation (L)"),
+    temperature: float = typer.Option(1.0, "--temperature"),
+    top_k: int = typer.Option(0, "--top-k"),
+    top_p: float = typer.Option(1.0, "--top-p"),
+    min_p: float = typer.Option(0.0, "--min-p"),
+    seed: int = typer.Option(0, "--seed"),
+    dtype: str = typer.Option("float32", "--dtype", help="float32 by default: exact, and fast for batches on CPU"),
+    draft_dtype: Optional[str] = DraftDType,
+    no_chat: bool = typer.Option(False, "--no-chat"),
+    naive: bool = typer.Option(False, "--naive", help="use the WRONG residual (sample from p) to see the check fail"),
+    alpha: float = typer.Option(1e-3, "--alpha", help="false-alarm probability of each test"),
+    batch_size: int = typer.Option(64, "--batch-size"),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Check that speculative sampling gives the target's distribution, on real models."""
+    from rich.progress import Progress
+
+    from .backends.hf_batch import BatchRunner
+    from .loading import load_models
+    from .proposers import PROPOSERS
+    from .goodness import one_sample
+    from .verify import Sampler, compare, first_token_probs, sample_continuations
+
+    names = [p.strip() for p in proposer.split(",") if p.strip()]
+    for name in names:
+        if name not in PROPOSERS or name == "none":
+            raise InvalidParameter(f"--proposer takes draft and/or ngram (plain sampling always runs), got {name!r}")
+    if samples < 10:
+        raise InvalidParameter(f"--samples must be at least 10, got {samples}")
+    if not 1 <= length <= 8:
+        raise InvalidParameter(f"--length must be between 1 and 8, got {length}")
+    if k < 1:
+        raise InvalidParameter(f"--k must be >= 1, got {k}")
+    if not 0 < alpha < 1:
+        raise InvalidParameter(f"--alpha must be in (0, 1), got {alpha}")
+    params = SamplingParams(max_new_tokens=length, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                            seed=seed)
+    if params.greedy:
+        raise InvalidParameter("verify compares distributions: use --temperature > 0 (greedy has one outcome)")
+    target_model, tokenizer, draft_model, _ = load_models(target, draft if "draft" in names else None, dtype,
+                                                          draft_dtype)
+    from .loading import build_generator
+
+    prompt_ids = build_generator(target_model, tokenizer, "none").encode(prompt, chat=not no_chat)
+    sampler = Sampler(BatchRunner(target_model), BatchRunner(draft_model) if draft_model is not None else None)
+    generator = torch_generator(seed)
+    draws: dict[str, list] = {}
+    with Progress(console=err, transient=True) as progress:
+        for name in ["none", *names]:
+            task = progress.add_task(f"sampling {samples} x {length} tokens: {'plain' if name == 'none' else name}",
+                                     total=samples)
+            draws[name] = sample_continuations(sampler, prompt_ids, samples, length, params, k, name, generator,
+                                               naive=naive and name != "none", batch_size=batch_size,
+                                               progress=lambda n, t=task: progress.advance(t, n))
+    exact = first_token_probs(sampler.target, prompt_ids, params)
+    report = {"prompt": prompt, "samples": samples, "length": length, "k": k, "temperature": temperature,
+              "top_k": top_k, "top_p": top_p, "min_p": min_p, "alpha": alpha, "naive": naive, "dtype": dtype,
+              "plain_first_token_exact": None, "results": {}}
+    report["plain_first_token_exact"] = one_sample(Counter(s[:1] for s in draws["none"]), exact, alpha).as_dict()
+    for name in names:
+        report["results"][name] = compare(draws["none"], draws[name], exact, alpha)
+    report["passed"] = all(r["passed"] for r in report["results"].values())
+    if as_json:
+        print(json.dumps(report))
+    else:
+        print_verify_report(report, tokenizer, draws)
+
+
+def torch_generator(seed: int):
+    import torch
+
+    return torch.Generator().manual_seed(seed)
+
+
+def print_verify_report(report: dict, tokenizer, draws: dict) -> None:
+    out.print(f"prompt: {report['prompt']!r}; {report['samples']} continuations of {report['length']} tokens per "
+              f"method; temperature {report['temperature']}, top_k {report['top_k']}, top_p {report['top_p']}, "
+              f"min_p {report['min_p']}; k={report['k']}; alpha={report['alpha']}"
+              + ("; NAIVE residual (wrong on purpose)" if report["naive"] else ""), highlight=False)
+    top = Counter(draws["none"]).most_common(5)
+    out.print("most frequent plain continuations: " + ", ".join(
+        f"{tokenizer.decode(list(seq))!r} {c}" for seq, c in top), highlight=False, markup=False)
+    table = Table("method", "test", "cells", "chi2", "p-value", "TV", "TV bound", "result")
+    first = report["plain_first_token_exact"]
+    table.add_row("plain", "first token vs exact p", str(first["cells"]), f"{first['chi2']:.1f}",
+                  f"{first['p_value']:.3g}", f"{first['tv_distance']:.3f}", f"{first['tv_bound']:.3f}",
+                  "pass" if first["passed"] else "FAIL")
+    for name, r in report["results"].items():
+        for label, row in ((f"{report['length']}-token joint vs plain", {**r, "passed": r["joint_passed"]}),
+                           ("first token vs exact p", r.get("first_token_exact"))):
+            if row is None:
+                continue
+            table.add_row(name, label, str(row["cells"]), f"{row['chi2']:.1f}", f"{row['p_value']:.3g}",
+                          f"{row['tv_distance']:.3f}", f"{row['tv_bound']:.3f}", "pass" if row["passed"] else "FAIL")
+    out.print(table)
+    out.print("PASSED: speculative output matches the target's distribution" if report["passed"] else
+              "FAILED: speculative output does not match the target's distribution")
+
+
 DEMO_PROMPTS = [
     "Write a Python function that checks whether a string is a palindrome, ignoring case and punctuation.",
     "Explain in three sentences what a hash map is.",
@@ -169,6 +277,12 @@ def main() -> None:
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
+    except Exception as exc:  # a bug, not bad input: still one line, with the way to see more
+        if debug:
+            raise
+        print(f"internal error: {type(exc).__name__}: {exc} (set SPECDECODE_DEBUG=1 for the traceback)",
+              file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -19,17 +19,29 @@ def load_generator(
 ) -> SpeculativeGenerator:
     """draft_dtype defaults to dtype; int8 drafts are cheap and cost nothing in exactness."""
     _check_proposer(proposer)
-    dtype = parse_dtype(dtype)
-    draft_dtype = parse_dtype(draft_dtype or dtype)
-    target_model, tokenizer = _load(target, "target", dtype)
-    draft_model = draft_tokenizer = None
-    if proposer == "draft":
-        if not draft:
-            raise ModelError("the draft proposer needs a draft model: pass --draft (e.g. 'default')")
-        draft_model, draft_tokenizer = _load(draft, "draft", draft_dtype)
+    target_model, tokenizer, draft_model, draft_tokenizer = load_models(
+        target, draft if proposer == "draft" else None, dtype, draft_dtype
+    )
     return build_generator(
         target_model, tokenizer, proposer, draft_model, draft_tokenizer, ngram_max=ngram_max, ngram_min=ngram_min
     )
+
+
+def load_models(target: str, draft: str | None, dtype: str = "bfloat16", draft_dtype: str | None = None):
+    """(target model, tokenizer, draft model or None, draft tokenizer or None), vocabularies checked."""
+    dtype = parse_dtype(dtype)
+    draft_dtype = parse_dtype(draft_dtype or dtype)
+    target_model, tokenizer = _load(target, "target", dtype)
+    if not draft:
+        return target_model, tokenizer, None, None
+    draft_model, draft_tokenizer = _load(draft, "draft", draft_dtype)
+    check_vocab_compatible(tokenizer, draft_tokenizer, _logit_width(target_model), _logit_width(draft_model))
+    return target_model, tokenizer, draft_model, draft_tokenizer
+
+
+def _logit_width(model) -> int:
+    head = model.get_output_embeddings()
+    return int(getattr(head, "out_features", None) or model.config.vocab_size)
 
 
 def build_generator(

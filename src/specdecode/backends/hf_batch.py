@@ -68,10 +68,11 @@ class BatchRunner:
         self.pos = self.pos + lengths
         return out.logits.float(), lengths
 
+    @torch.inference_mode()
     def rollback(self, drop: list[int] | torch.Tensor) -> None:
         """Forget the last drop[b] tokens of each row (rejected drafts)."""
         drop = torch.as_tensor(drop, dtype=torch.long)
-        if int(drop.max(initial=0)) == 0:
+        if drop.numel() == 0 or int(drop.max()) == 0:
             return
         # The i-th valid column from the end of row b is dropped when i < drop[b].
         from_end = self.valid.flip(1).long().cumsum(1).flip(1)  # valid columns at or after each column
