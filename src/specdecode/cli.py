@@ -52,7 +52,7 @@ def summary_line(stats: dict, proposer: str, k: int) -> str:
 Target = typer.Option("default", "--target", help="target model: default, a directory, a .gguf file or a cached HF id")
 Draft = typer.Option("default", "--draft", help="draft model (for --proposer draft)")
 Proposer = typer.Option("draft", "--proposer", help="draft | ngram | none")
-DType = typer.Option("bfloat16", "--dtype", help="bfloat16 (bf16) | float32 (fp32) | int8 (dynamic int8 linears)")
+DType = typer.Option("auto", "--dtype", help="auto | bfloat16 (bf16) | float32 (fp32) | int8 (dynamic int8 linears); auto = bf16 where it is fast, else int8")
 DraftDType = typer.Option(None, "--draft-dtype", help="dtype of the draft model (default: --dtype); int8 is cheap")
 
 
@@ -220,6 +220,135 @@ def print_verify_report(report: dict, tokenizer, draws: dict) -> None:
     out.print(table)
     out.print("PASSED: speculative output matches the target's distribution" if report["passed"] else
               "FAILED: speculative output does not match the target's distribution")
+
+
+def parse_list(value: str, kind, flag: str) -> list:
+    try:
+        items = [kind(x.strip()) for x in value.split(",") if x.strip()]
+    except ValueError:
+        raise InvalidParameter(f"{flag} takes a comma-separated list of {kind.__name__}, got {value!r}") from None
+    if not items:
+        raise InvalidParameter(f"{flag} is empty")
+    return items
+
+
+@app.command()
+def bench(
+    workload: str = typer.Option("spec-bench", "--workload", help="spec-bench, or a JSONL file in its format"),
+    categories: Optional[str] = typer.Option(None, "--categories", help="comma-separated (e.g. coding,qa,mt_bench)"),
+    limit: Optional[int] = typer.Option(None, "--limit", help="prompts in all, an equal number per category"),
+    turns: str = typer.Option("first", "--turns", help="first | all (a conversation, each turn measured)"),
+    prompt_lengths: Optional[str] = typer.Option(None, "--prompt-lengths",
+                                                 help="synthetic sweep, e.g. 128,512,2048 (replaces --workload)"),
+    methods: str = typer.Option("plain,draft,ngram,hf,hf-assisted", "--methods",
+                                help="plain,draft,ngram,hf,hf-assisted,hf-pld"),
+    k: str = typer.Option("2,4", "--k", help="comma-separated k values"),
+    temperature: str = typer.Option("0", "--temperature", help="comma-separated, e.g. 0,1"),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens"),
+    repeats: int = typer.Option(1, "--repeats"),
+    seed: int = typer.Option(0, "--seed"),
+    concurrency: str = typer.Option("1", "--concurrency", help="offline bench runs one request at a time"),
+    target: str = Target,
+    draft: str = Draft,
+    dtype: str = DType,
+    draft_dtype: Optional[str] = DraftDType,
+    out_dir: str = typer.Option("bench-out", "--out", help="directory for results.json, report.md and plots"),
+):
+    """Benchmark plain decoding, our proposers and transformers' peers side by side."""
+    from pathlib import Path
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+        TimeRemainingColumn
+
+    from .backends.hf import parse_dtype
+    from .bench.methods import ALL_METHODS, ENGINE_METHODS, EngineMethod, HFMethod
+    from .bench.report import environment, write_outputs
+    from .bench.runner import BenchConfig, Grid, aggregate, run_grid
+    from .bench.workloads import length_sweep, load_workload
+    from .loading import build_generator, eos_ids, load_models
+
+    method_names = parse_list(methods, str, "--methods")
+    unknown = [m for m in method_names if m not in ALL_METHODS]
+    if unknown:
+        raise InvalidParameter(f"unknown methods {unknown}: choose from {', '.join(ALL_METHODS)}")
+    k_values = parse_list(k, int, "--k")
+    if any(x < 1 for x in k_values):
+        raise InvalidParameter("--k values must be >= 1")
+    temps = parse_list(temperature, float, "--temperature")
+    if parse_list(concurrency, int, "--concurrency") != [1]:
+        raise InvalidParameter("the offline bench runs one request at a time (--concurrency 1); load tests at "
+                               "higher concurrency drive a server")
+    if turns not in ("first", "all"):
+        raise InvalidParameter(f"--turns is first or all, got {turns!r}")
+    if repeats < 1:
+        raise InvalidParameter("--repeats must be >= 1")
+    for t in temps:
+        SamplingParams(temperature=t)  # validates
+    config = BenchConfig(k_values, temps, max_new_tokens, repeats, seed, turns)
+    SamplingParams(max_new_tokens=max_new_tokens)
+    if prompt_lengths is None:
+        prompts = load_workload(workload, parse_list(categories, str, "--categories") if categories else None, limit)
+
+    needs_draft = any(m in ("draft", "hf-assisted") for m in method_names)
+    resolved_dtype, resolved_draft = parse_dtype(dtype), parse_dtype(draft_dtype or dtype)
+    target_model, tokenizer, draft_model, draft_tok = load_models(target, draft if needs_draft else None,
+                                                                  resolved_dtype, resolved_draft)
+    if prompt_lengths is not None:
+        prompts = length_sweep(tokenizer, parse_list(prompt_lengths, int, "--prompt-lengths"))
+    gen = build_generator(target_model, tokenizer, "draft" if draft_model is not None else "none", draft_model,
+                          draft_tok)
+    too_long = [(p.id, p.category, n) for p in prompts
+                if (n := len(gen.encode(p.turns[0]))) + max_new_tokens > gen.target.max_context]
+    if too_long:
+        raise InvalidParameter(
+            f"{len(too_long)} prompts do not fit the target's context of {gen.target.max_context} tokens with "
+            f"--max-new-tokens {max_new_tokens} (e.g. prompt {too_long[0][0]} in {too_long[0][1]}: {too_long[0][2]} "
+            "tokens); choose other --categories or fewer --max-new-tokens")
+    grid = Grid([])
+    for name in method_names:
+        if name in ENGINE_METHODS:
+            grid.methods.append(EngineMethod(name, gen))
+        else:
+            grid.methods.append(HFMethod(name, target_model, tokenizer, eos_ids(target_model, tokenizer),
+                                         assistant=draft_model))
+    # Warm-up: every method once on a short prompt, untimed. A method this environment cannot run
+    # is reported as skipped with the reason instead of failing the whole bench.
+    warm = SamplingParams(max_new_tokens=4, temperature=0.0)
+    for method, kk in grid.points(k_values[:1]):
+        try:
+            method.run(tokenizer("Hello")["input_ids"], warm, kk)
+        except Exception as exc:  # noqa: BLE001 - reported, not hidden
+            grid.skipped[method.name] = f"{type(exc).__name__}: {exc}"
+    grid.methods = [m for m in grid.methods if m.name not in grid.skipped]
+    for name, why in grid.skipped.items():
+        err.print(f"skipping {name}: {why}", highlight=False, markup=False)
+    total = len(prompts) * len(temps) * repeats * len(grid.points(k_values)) * (
+        1 if turns == "first" else max(len(p.turns) for p in prompts))
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("ETA"), TimeRemainingColumn()]
+    with Progress(*columns, console=err) as progress:
+        task = progress.add_task("bench", total=total)
+        runs = run_grid(grid, prompts, tokenizer, config,
+                        progress=lambda label: progress.update(task, advance=1, description=label))
+    records = aggregate(runs)
+    env = environment(resolved_dtype, resolved_draft, target, draft)
+    cfg = {"workload": prompt_lengths and f"prompt lengths {prompt_lengths}" or workload, "categories": categories,
+           "limit": limit, "turns": turns, "methods": method_names, "k": k_values, "temperature": temps,
+           "max_new_tokens": max_new_tokens, "repeats": repeats, "seed": seed, "concurrency": 1,
+           "prompts": len(prompts)}
+    write_outputs(Path(out_dir), records, runs, env, cfg, grid.skipped)
+    table = Table("method", "k", "T", "tok/s", "speedup", "acceptance", "mean acc.", "TTFT ms", "ITL p50 ms")
+    for r in records:
+        if r["category"] != "all":
+            continue
+        table.add_row(r["method"], "-" if r["k"] is None else str(r["k"]), f"{r['temperature']:g}",
+                      f"{r['tokens_per_s']:.2f}", "-" if r["speedup_vs_plain"] is None else f"{r['speedup_vs_plain']:.2f}x",
+                      "-" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.1%}",
+                      "-" if r["mean_accepted_tokens"] is None else f"{r['mean_accepted_tokens']:.2f}",
+                      "-" if r["ttft_s"] is None else f"{r['ttft_s'] * 1000:.0f}",
+                      "-" if r["itl_p50_s"] is None else f"{r['itl_p50_s'] * 1000:.0f}")
+    out.print(table)
+    out.print(f"wrote {out_dir}/results.json, {out_dir}/report.md and plots")
 
 
 DEMO_PROMPTS = [

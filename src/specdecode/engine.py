@@ -134,7 +134,7 @@ class SpeculativeGenerator:
         target: str = "default",
         draft: str | None = "default",
         proposer: str = "draft",
-        dtype: str = "bfloat16",
+        dtype: str = "auto",
         **proposer_options,
     ) -> "SpeculativeGenerator":
         """Load models by spec ('default', a directory, a .gguf file, a cached Hugging Face id).
@@ -176,12 +176,7 @@ class SpeculativeGenerator:
         return list(items)
 
     def _chat_ids(self, messages: list[dict]) -> list[int]:
-        if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
-            raise RequestError("this target model has no chat template: pass chat=False (CLI: --no-chat)")
-        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, dict) or hasattr(ids, "keys"):
-            ids = ids["input_ids"]
-        return list(ids)
+        return chat_ids(self.tokenizer, messages)
 
     # -- the loop --------------------------------------------------------------------------------
 
@@ -296,3 +291,11 @@ class SpeculativeGenerator:
             stats.finish_reason = "length"
             return True
         return False
+
+
+def chat_ids(tokenizer, messages: list[dict]) -> list[int]:
+    """Token ids of a conversation under the model's chat template, ready for the assistant's turn."""
+    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+        raise RequestError("this target model has no chat template: pass chat=False (CLI: --no-chat)")
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)

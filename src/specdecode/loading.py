@@ -12,7 +12,7 @@ def load_generator(
     target: str = "default",
     draft: str | None = "default",
     proposer: str = "draft",
-    dtype: str = "bfloat16",
+    dtype: str = "auto",
     draft_dtype: str | None = None,
     ngram_max: int = 3,
     ngram_min: int = 1,
@@ -27,7 +27,7 @@ def load_generator(
     )
 
 
-def load_models(target: str, draft: str | None, dtype: str = "bfloat16", draft_dtype: str | None = None):
+def load_models(target: str, draft: str | None, dtype: str = "auto", draft_dtype: str | None = None):
     """(target model, tokenizer, draft model or None, draft tokenizer or None), vocabularies checked."""
     dtype = parse_dtype(dtype)
     draft_dtype = parse_dtype(draft_dtype or dtype)

@@ -18,17 +18,40 @@ DTYPES = {
     "float16": "float16",
     "fp16": "float16",
     "int8": "int8",
+    "auto": "auto",
 }
 
 
-def parse_dtype(name: str) -> str:
-    """Canonical dtype name: bfloat16, float32, float16, or int8 (dynamic int8 linear layers)."""
+def fast_bf16() -> bool:
+    """True where bf16 matmuls run at memory speed: a GPU, or a CPU with AVX-512 BF16 or AMX.
+
+    Elsewhere (e.g. AVX2-only CPUs) PyTorch's bf16 matmul falls back to a kernel whose cost grows
+    linearly with the number of rows, so verifying k tokens costs k single-token passes and a
+    700-token prefill takes minutes.
+    """
+    if torch.cuda.is_available():
+        return True
     try:
-        return DTYPES[name.lower()]
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def parse_dtype(name: str) -> str:
+    """Canonical dtype name: bfloat16, float32, float16, or int8 (dynamic int8 linear layers).
+
+    auto = bfloat16 where bf16 is fast (fast_bf16), else int8.
+    """
+    try:
+        canonical = DTYPES[name.lower()]
     except KeyError:
         raise ValueError(
-            f"unknown dtype '{name}': use one of bfloat16 (bf16), float32 (fp32), float16 (fp16), int8"
+            f"unknown dtype '{name}': use one of auto, bfloat16 (bf16), float32 (fp32), float16 (fp16), int8"
         ) from None
+    if canonical == "auto":
+        return "bfloat16" if fast_bf16() else "int8"
+    return canonical
 
 
 def load_model(path: str, dtype: str) -> tuple[PreTrainedModel, object]:

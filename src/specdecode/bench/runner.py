@@ -1,0 +1,220 @@
+"""Run a benchmark grid: prompts x temperatures x methods x k, interleaved prompt by prompt so that
+machine drift affects every method alike; then aggregate per method, k, temperature and category."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import metrics
+from ..engine import chat_ids
+from ..sampling import SamplingParams
+from .methods import ALL_METHODS, K_METHODS, Method, Run
+from .workloads import Prompt
+
+
+@dataclass
+class BenchConfig:
+    k_values: list[int]
+    temperatures: list[float]
+    max_new_tokens: int
+    repeats: int = 1
+    seed: int = 0
+    turns: str = "first"  # or "all"
+    concurrency: int = 1  # offline bench is sequential; kept in the schema for served load tests
+
+
+@dataclass
+class Grid:
+    methods: list[Method]
+    skipped: dict[str, str] = field(default_factory=dict)  # method -> reason
+
+    def points(self, k_values: list[int]) -> list[tuple[Method, int | None]]:
+        out = []
+        for m in self.methods:
+            if m.name in K_METHODS:
+                out.extend((m, k) for k in k_values)
+            else:
+                out.append((m, None))
+        return out
+
+
+def run_grid(
+    grid: Grid,
+    prompts: list[Prompt],
+    tokenizer,
+    config: BenchConfig,
+    progress: Callable[[str], None] | None = None,
+) -> list[dict]:
+    """Every run as one record (per prompt, turn, temperature, method, k and repeat)."""
+    runs: list[dict] = []
+    points = grid.points(config.k_values)
+    for repeat in range(config.repeats):
+        for prompt in prompts:
+            for temperature in config.temperatures:
+                params = SamplingParams(max_new_tokens=config.max_new_tokens, temperature=temperature,
+                                        seed=config.seed + repeat)
+                history: list[dict] = []
+                turns = prompt.turns if config.turns == "all" else prompt.turns[:1]
+                for turn_index, turn in enumerate(turns):
+                    history.append({"role": "user", "content": turn})
+                    prompt_ids = chat_ids(tokenizer, history)
+                    first_answer = None
+                    for method, k in points:
+                        run = method.run(prompt_ids, params, k)
+                        runs.append(run_record(method, k, temperature, prompt, turn_index, repeat, prompt_ids, run))
+                        if first_answer is None:
+                            first_answer = run.token_ids
+                        if progress:
+                            progress(f"{prompt.category} {method.name}{'' if k is None else f' k={k}'}")
+                    # Later turns continue the conversation with the first method's answer, so that
+                    # every method sees the same prompts.
+                    answer = tokenizer.decode(first_answer or [], skip_special_tokens=True)
+                    history.append({"role": "assistant", "content": answer})
+    return runs
+
+
+def run_record(method: Method, k, temperature, prompt: Prompt, turn, repeat, prompt_ids, run: Run) -> dict:
+    n = len(run.token_ids)
+    first = metrics.ttft(run.steps)
+    return {
+        "method": method.name,
+        "backend": method.backend,
+        "k": k,
+        "temperature": temperature,
+        "category": prompt.category,
+        "subcategory": prompt.subcategory,
+        "prompt_id": prompt.id,
+        "turn": turn,
+        "repeat": repeat,
+        "prompt_tokens": len(prompt_ids),
+        "new_tokens": n,
+        "total_s": run.total_s,
+        "tokens_per_s": n / run.total_s if run.total_s > 0 else 0.0,
+        "ttft_s": first,
+        "tpot_s": metrics.tpot(run.total_s, first, n) if first is not None else None,
+        "itl_s": metrics.itl_per_token(run.steps),
+        "target_passes": run.target_passes,
+        "drafted_tokens": run.drafted,
+        "accepted_tokens": run.accepted,
+        "drafted_per_position": run.drafted_per_position,
+        "accepted_per_position": run.accepted_per_position,
+        "draft_s": run.draft_s,
+        "verify_s": run.verify_s,
+        "prefill_s": run.prefill_s,
+        "peak_rss_bytes": run.peak_rss_bytes,
+        "cuda_peak_bytes": run.cuda_peak_bytes,
+        "token_ids": run.token_ids,
+    }
+
+
+def aggregate(runs: list[dict]) -> list[dict]:
+    """One record per (method, k, temperature, category), plus category "all"."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in runs:
+        for category in (r["category"], "all"):
+            groups[(r["method"], r["k"], r["temperature"], category)].append(r)
+    records = [_summarise(key, rs) for key, rs in groups.items()]
+    by_key = {(r["method"], r["k"], r["temperature"], r["category"]): r for r in records}
+    plain_pass = {}  # (temperature, category) -> seconds of one plain target pass
+    for r in records:
+        if r["method"] == "plain" and r["target_passes"]:
+            plain_pass[(r["temperature"], r["category"])] = r["verify_s"] / r["target_passes"]
+    for r in records:
+        for base, key in (("plain", "speedup_vs_plain"), ("hf", "speedup_vs_hf")):
+            ref = by_key.get((base, None, r["temperature"], r["category"]))
+            r[key] = r["tokens_per_s"] / ref["tokens_per_s"] if ref and ref["tokens_per_s"] else None
+        t1 = plain_pass.get((r["temperature"], r["category"]))
+        r["draft_cost_ratio"] = None
+        r["predicted_speedup"] = None
+        if r["drafted_tokens"] and t1 and r["draft_s"] is not None and r["k"]:
+            c = (r["draft_s"] / r["drafted_tokens"]) / t1
+            r["draft_cost_ratio"] = c
+            r["predicted_speedup"] = metrics.leviathan_speedup(r["acceptance_rate"], r["k"], c)
+    _mark_divergence(records, runs)
+    order = {name: i for i, name in enumerate(ALL_METHODS)}
+    return sorted(records, key=lambda r: (r["category"] != "all", r["category"], r["temperature"],
+                                          order.get(r["method"], 99), -1 if r["k"] is None else r["k"]))
+
+
+def _summarise(key: tuple, rs: list[dict]) -> dict:
+    method, k, temperature, category = key
+    tokens = sum(r["new_tokens"] for r in rs)
+    total = sum(r["total_s"] for r in rs)
+    itls = [x for r in rs for x in r["itl_s"]]
+    p50, p90, p99 = metrics.percentiles(itls)
+    drafted = sum(r["drafted_tokens"] or 0 for r in rs)
+    accepted = sum(r["accepted_tokens"] or 0 for r in rs)
+    passes = sum(r["target_passes"] or 0 for r in rs)
+    dpp: list[int] = []
+    app: list[int] = []
+    for r in rs:
+        dpp = metrics.add_counts(dpp, r["drafted_per_position"] or [])
+        app = metrics.add_counts(app, r["accepted_per_position"] or [])
+    engine = rs[0]["draft_s"] is not None
+
+    def total_of(field):
+        return sum(r[field] or 0.0 for r in rs) if engine else None
+
+    tpots = [r["tpot_s"] for r in rs if r["tpot_s"] is not None]
+    ttfts = [r["ttft_s"] for r in rs if r["ttft_s"] is not None]
+    other = total - total_of("draft_s") - total_of("verify_s") - total_of("prefill_s") if engine else None
+    return {
+        "method": method,
+        "backend": rs[0]["backend"],
+        "k": k,
+        "temperature": temperature,
+        "category": category,
+        "runs": len(rs),
+        "concurrency": 1,
+        "prompt_tokens_mean": float(np.mean([r["prompt_tokens"] for r in rs])),
+        "output_tokens_mean": float(np.mean([r["new_tokens"] for r in rs])),
+        "new_tokens": tokens,
+        "total_s": total,
+        "tokens_per_s": tokens / total if total > 0 else 0.0,
+        "tokens_per_s_median": float(np.median([r["tokens_per_s"] for r in rs])),
+        "ttft_s": float(np.median(ttfts)) if ttfts else None,
+        "itl_p50_s": p50,
+        "itl_p90_s": p90,
+        "itl_p99_s": p99,
+        "tpot_s": float(np.median(tpots)) if tpots else None,
+        "acceptance_rate": accepted / drafted if drafted else None,
+        "mean_accepted_tokens": tokens / passes if passes else None,
+        "per_position_acceptance": metrics.per_position(app, dpp),
+        "drafted_tokens": drafted,
+        "accepted_tokens": accepted,
+        "target_passes": passes,
+        "prefill_s": total_of("prefill_s"),
+        "draft_s": total_of("draft_s"),
+        "verify_s": total_of("verify_s"),
+        "other_s": other,
+        "peak_rss_bytes": max(r["peak_rss_bytes"] for r in rs),
+        "cuda_peak_bytes": max((r["cuda_peak_bytes"] or 0) for r in rs) or None,
+    }
+
+
+def _mark_divergence(records: list[dict], runs: list[dict]) -> None:
+    """For greedy runs: in how many did the output differ from plain's, and at which token."""
+    plain = {(r["prompt_id"], r["turn"], r["repeat"]): r["token_ids"] for r in runs
+             if r["method"] == "plain" and r["temperature"] == 0}
+    diffs: dict[tuple, list[int | None]] = defaultdict(list)
+    for r in runs:
+        ref = plain.get((r["prompt_id"], r["turn"], r["repeat"]))
+        if r["temperature"] != 0 or ref is None or r["method"] == "plain":
+            continue
+        at = next((i for i, (a, b) in enumerate(zip(r["token_ids"], ref)) if a != b), None)
+        if at is None and len(r["token_ids"]) != len(ref):
+            at = min(len(r["token_ids"]), len(ref))
+        for category in (r["category"], "all"):
+            diffs[(r["method"], r["k"], category)].append(at)
+    for rec in records:
+        d = diffs.get((rec["method"], rec["k"], rec["category"]))
+        if rec["temperature"] != 0 or d is None:
+            continue
+        differing = [x for x in d if x is not None]
+        rec["greedy_differs_from_plain"] = len(differing)
+        rec["greedy_compared"] = len(d)
+        rec["greedy_first_difference_mean"] = float(np.mean(differing)) if differing else None

@@ -1,0 +1,75 @@
+"""Latency and speculation metrics, from per-step records of one request.
+
+A step is one target pass (or one streamed chunk for a peer) that emitted n tokens together.
+Inter-token latency is per token: a step's duration is shared evenly by the tokens it emitted, so a
+step of 4 tokens taking 200 ms contributes four ITLs of 50 ms (not one of 200 ms, as a per-chunk
+count would). TTFT is the end of the first step that emitted a token; the other tokens of that
+step each get TTFT / n.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+
+def itl_per_token(steps: Sequence[tuple[float, int]]) -> list[float]:
+    """steps: (end time since the request began, tokens emitted). Returns one ITL per token after
+    the first."""
+    itls: list[float] = []
+    previous = 0.0
+    first = True
+    for end, n in steps:
+        if n <= 0:
+            continue
+        share = (end - previous) / n
+        itls.extend([share] * (n - 1 if first else n))
+        first = False
+        previous = end
+    return itls
+
+
+def ttft(steps: Sequence[tuple[float, int]]) -> float | None:
+    return next((end for end, n in steps if n > 0), None)
+
+
+def tpot(total_s: float, ttft_s: float, tokens: int) -> float | None:
+    """Time per output token after the first (vLLM's definition)."""
+    return (total_s - ttft_s) / (tokens - 1) if tokens > 1 else None
+
+
+def percentiles(values: Iterable[float], qs: Sequence[float] = (50, 90, 99)) -> list[float | None]:
+    data = np.asarray(list(values), dtype=float)
+    if data.size == 0:
+        return [None] * len(qs)
+    return [float(x) for x in np.percentile(data, qs)]
+
+
+def leviathan_speedup(acceptance: float, k: int, cost_ratio: float) -> float:
+    """Expected speedup of speculative decoding with i.i.d. acceptance a, k drafts per pass and a
+    draft that costs c target passes per token (Leviathan et al. 2023, Theorem 3.8):
+    (1 - a^(k+1)) / ((1 - a)(k c + 1))."""
+    a = min(max(acceptance, 0.0), 1.0)
+    tokens_per_pass = k + 1 if a >= 1.0 else (1 - a ** (k + 1)) / (1 - a)
+    return tokens_per_pass / (k * cost_ratio + 1)
+
+
+def expected_tokens_per_pass(per_position: Sequence[float]) -> float:
+    """Expected tokens per target pass when every pass drafts len(per_position) tokens.
+
+    per_position[i] is the fraction of passes whose draft i was accepted, which (drafts being
+    accepted in order) is the probability that drafts 0..i all were; the pass emits those plus one.
+    """
+    return 1.0 + float(sum(per_position))
+
+
+def per_position(accepted: Sequence[int], drafted: Sequence[int]) -> list[float]:
+    return [a / d if d else 0.0 for a, d in zip(accepted, drafted)]
+
+
+def add_counts(total: list[int], more: Sequence[int]) -> list[int]:
+    out = list(total) + [0] * max(0, len(more) - len(total))
+    for i, v in enumerate(more):
+        out[i] += v
+    return out

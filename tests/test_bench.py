@@ -1,0 +1,140 @@
+"""Benchmark arithmetic against hand-computed values, the results schema, and workload errors."""
+
+import json
+import sys
+
+import pytest
+
+from specdecode import cli, metrics
+from specdecode.bench.runner import aggregate
+from specdecode.bench.workloads import WorkloadError, load_jsonl, load_workload, select
+
+
+def test_itl_shares_a_step_evenly_between_its_tokens():
+    # First step: 1 token at 0.5 s (TTFT). Second: 4 tokens by 0.9 s (0.1 each). Third: 1 token at 1.2 s.
+    steps = [(0.5, 1), (0.9, 4), (1.2, 1)]
+    assert metrics.ttft(steps) == 0.5
+    assert metrics.itl_per_token(steps) == pytest.approx([0.1, 0.1, 0.1, 0.1, 0.3])
+    # A first step of 3 tokens: the two after the first share the TTFT.
+    assert metrics.itl_per_token([(0.6, 3), (0.8, 2)]) == pytest.approx([0.2, 0.2, 0.1, 0.1])
+    assert metrics.tpot(1.2, 0.5, 6) == pytest.approx(0.7 / 5)
+    assert metrics.tpot(1.0, 1.0, 1) is None
+
+
+def test_percentiles_and_leviathan():
+    assert metrics.percentiles([1, 2, 3, 4, 5], [50]) == [3.0]
+    assert metrics.percentiles([], [50, 90]) == [None, None]
+    # a = 0.8, k = 4, c = 0.1: (1 - 0.8^5) / (0.2 * 1.4) = 0.67232 / 0.28
+    assert metrics.leviathan_speedup(0.8, 4, 0.1) == pytest.approx(0.67232 / 0.28)
+    assert metrics.leviathan_speedup(1.0, 3, 0.0) == 4.0
+    assert metrics.expected_tokens_per_pass([0.9, 0.7, 0.4]) == pytest.approx(3.0)
+
+
+def run(method, k, category, tokens, total, steps, drafted=None, accepted=None, dpp=(), app=(), draft_s=None,
+        verify_s=None, prompt="p1", temperature=0.0, token_ids=None):
+    return {"method": method, "backend": "torch", "k": k, "temperature": temperature, "category": category,
+            "subcategory": category, "prompt_id": prompt, "turn": 0, "repeat": 0, "prompt_tokens": 10,
+            "new_tokens": tokens, "total_s": total, "tokens_per_s": tokens / total, "ttft_s": metrics.ttft(steps),
+            "tpot_s": metrics.tpot(total, metrics.ttft(steps), tokens), "itl_s": metrics.itl_per_token(steps),
+            "target_passes": len(steps) if draft_s is not None else None, "drafted_tokens": drafted,
+            "accepted_tokens": accepted, "drafted_per_position": list(dpp), "accepted_per_position": list(app),
+            "draft_s": draft_s, "verify_s": verify_s, "prefill_s": 0.0 if draft_s is not None else None,
+            "peak_rss_bytes": 1000, "cuda_peak_bytes": None, "token_ids": token_ids or list(range(tokens))}
+
+
+def test_aggregate_by_hand():
+    runs = [
+        # plain: 4 tokens in 4 passes of 0.25 s
+        run("plain", None, "code", 4, 1.0, [(0.25, 1), (0.5, 1), (0.75, 1), (1.0, 1)], 0, 0, draft_s=0.0,
+            verify_s=1.0),
+        # draft k=2: pass 1 accepts 2 (3 tokens), pass 2 accepts 0 (1 token); 4 tokens in 0.5 s
+        run("draft", 2, "code", 4, 0.5, [(0.3, 3), (0.5, 1)], 4, 2, dpp=[2, 2], app=[1, 1], draft_s=0.1,
+            verify_s=0.4, token_ids=[0, 1, 9, 3]),
+    ]
+    records = {(r["method"], r["category"]): r for r in aggregate(runs)}
+    d = records[("draft", "code")]
+    assert d["tokens_per_s"] == pytest.approx(8.0)
+    assert d["speedup_vs_plain"] == pytest.approx(2.0)
+    assert d["acceptance_rate"] == pytest.approx(0.5)
+    assert d["mean_accepted_tokens"] == pytest.approx(2.0)
+    assert d["per_position_acceptance"] == [0.5, 0.5]
+    assert d["ttft_s"] == pytest.approx(0.3)
+    assert d["itl_p50_s"] == pytest.approx(0.1)  # ITLs: 0.1, 0.1, 0.2
+    # c = (0.1 s / 4 drafted) / (1.0 s / 4 plain passes) = 0.1
+    assert d["draft_cost_ratio"] == pytest.approx(0.1)
+    assert d["predicted_speedup"] == pytest.approx(metrics.leviathan_speedup(0.5, 2, 0.1))
+    assert d["greedy_differs_from_plain"] == 1 and d["greedy_first_difference_mean"] == 2
+    assert ("draft", "all") in records and records[("plain", "all")]["speedup_vs_plain"] == 1.0
+
+
+def test_bad_workload_files_name_the_line(tmp_path):
+    f = tmp_path / "w.jsonl"
+    f.write_text('{"turns": ["ok"]}\nnot json\n')
+    with pytest.raises(WorkloadError, match="line 2: not valid JSON"):
+        load_jsonl(f)
+    f.write_text('{"turns": ["ok"]}\n{"category": "x"}\n')
+    with pytest.raises(WorkloadError, match="line 2: missing field 'turns'"):
+        load_jsonl(f)
+    f.write_text('{"turns": []}\n')
+    with pytest.raises(WorkloadError, match="line 1: 'turns' must be a non-empty list"):
+        load_jsonl(f)
+    f.write_text('[1, 2]\n')
+    with pytest.raises(WorkloadError, match="line 1: expected a JSON object"):
+        load_jsonl(f)
+    with pytest.raises(WorkloadError, match="workload file not found"):
+        load_jsonl(tmp_path / "missing.jsonl")
+
+
+def test_spec_bench_selection_is_balanced():
+    prompts = load_workload("spec-bench", limit=12)
+    cats = [p.category for p in prompts]
+    assert len(prompts) == 12 and all(cats.count(c) == 2 for c in set(cats)) and len(set(cats)) == 6
+    coding = load_workload("spec-bench", categories=["coding"])
+    assert len(coding) == 10 and {p.subcategory for p in coding} == {"coding"}
+    mt = select(load_workload("spec-bench", categories=["mt_bench"]), None, 8)
+    assert len({p.subcategory for p in mt}) == 8
+    with pytest.raises(WorkloadError, match="unknown categories"):
+        load_workload("spec-bench", categories=["poetry"])
+
+
+def test_bench_cli_writes_schema(monkeypatch, capsys, tiny_dirs, tmp_path):
+    workload = tmp_path / "w.jsonl"
+    workload.write_text("\n".join(json.dumps({"question_id": i, "category": c, "turns": [t, "Now shorter."]})
+                                  for i, (c, t) in enumerate([("code", "def f(x): return x"), ("chat", "hi there"),
+                                                              ("code", "for i in range(3):")])) + "\n")
+    out = tmp_path / "out"
+    monkeypatch.setattr(sys, "argv", [
+        "specdecode", "bench", "--workload", str(workload), "--target", tiny_dirs["target"], "--draft",
+        tiny_dirs["draft"], "--dtype", "fp32", "--methods", "plain,draft,ngram,hf,hf-pld", "--k", "1,3",
+        "--temperature", "0,1", "--max-new-tokens", "8", "--turns", "all", "--out", str(out)])
+    try:
+        cli.main()
+    except SystemExit as exc:
+        assert not exc.code, capsys.readouterr().err
+    records = json.loads((out / "results.json").read_text())
+    required = {"method", "k", "temperature", "category", "tokens_per_s", "speedup_vs_plain", "ttft_s", "itl_p50_s",
+                "itl_p90_s", "itl_p99_s", "tpot_s", "acceptance_rate", "mean_accepted_tokens",
+                "per_position_acceptance", "peak_rss_bytes"}
+    for r in records:
+        assert required <= set(r), required - set(r)
+    methods = {(r["method"], r["k"]) for r in records}
+    assert methods == {("plain", None), ("hf", None), ("draft", 1), ("draft", 3), ("ngram", 1), ("ngram", 3),
+                       ("hf-pld", 1), ("hf-pld", 3)}
+    assert {r["category"] for r in records} == {"all", "code", "chat"}
+    runs = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    assert {r["turn"] for r in runs} == {0, 1}  # both turns of the conversation measured
+    report = (out / "report.md").read_text()
+    assert "## Environment" in report and "## Category: code" in report
+    assert (out / "speedup_vs_k.png").stat().st_size > 1000
+
+
+def test_bench_rejects_bad_options(monkeypatch, capsys, tiny_dirs):
+    for args, message in ((["--methods", "plain,magic"], "unknown methods"),
+                          (["--k", "2,x"], "--k takes a comma-separated list"),
+                          (["--concurrency", "4"], "one request at a time"),
+                          (["--workload", "/no/file.jsonl"], "workload file not found")):
+        monkeypatch.setattr(sys, "argv", ["specdecode", "bench", "--target", tiny_dirs["target"], *args])
+        with pytest.raises(SystemExit) as exc:
+            cli.main()
+        assert exc.value.code == 2
+        assert message in capsys.readouterr().err
