@@ -351,6 +351,164 @@ def bench(
     out.print(f"wrote {out_dir}/results.json, {out_dir}/report.md and plots")
 
 
+@app.command()
+def plan(
+    target: Optional[str] = typer.Option(None, "--target", help="model spec whose config gives the shape"),
+    params: Optional[float] = typer.Option(None, "--params", help="target parameters, e.g. 70e9"),
+    layers: Optional[int] = typer.Option(None, "--layers"),
+    hidden: Optional[int] = typer.Option(None, "--hidden"),
+    kv_heads: Optional[int] = typer.Option(None, "--kv-heads"),
+    head_dim: Optional[int] = typer.Option(None, "--head-dim"),
+    vocab: Optional[int] = typer.Option(None, "--vocab"),
+    draft: Optional[str] = typer.Option(None, "--draft", help="draft model spec"),
+    draft_params: Optional[float] = typer.Option(None, "--draft-params", help="draft parameters, e.g. 1e9"),
+    dtype: str = typer.Option("bf16", "--dtype", help="bf16 | fp16 | fp8 | int8 | int4 | fp32"),
+    draft_dtype: Optional[str] = typer.Option(None, "--draft-dtype"),
+    kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16 | fp8"),
+    gpu: str = typer.Option("h100-80gb", "--gpu", help="a100-40gb, a100-80gb, h100-80gb, h200-141gb, l40s, b200, cpu"),
+    num_gpus: int = typer.Option(0, "--num-gpus", help="devices for tensor parallelism (0 = the minimum that fits)"),
+    context: int = typer.Option(4096, "--context", help="tokens per sequence (prompt + output)"),
+    concurrency: int = typer.Option(1, "--concurrency", help="sequences decoding together"),
+    acceptance: str = typer.Option("0.7", "--acceptance", help="a number in [0, 1], or a results.json from bench"),
+    proposer: str = typer.Option("draft", "--proposer", help="draft | ngram (for --emit and results.json)"),
+    k: str = typer.Option("1,2,3,4,5,6,8", "--k", help="k values to compare"),
+    bandwidth: Optional[float] = typer.Option(None, "--bandwidth", help="GB/s, overrides the device table"),
+    peak_tflops: Optional[float] = typer.Option(None, "--peak-tflops", help="overrides the device table"),
+    memory_gb: Optional[float] = typer.Option(None, "--memory-gb", help="overrides the device table"),
+    overhead_ms: Optional[float] = typer.Option(None, "--overhead-ms-per-layer",
+                                                help="dispatch cost per layer per pass (eager CPU: measure it)"),
+    emit: Optional[str] = typer.Option(None, "--emit", help="vllm | sglang: print the serve command"),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Plan memory, sharding and the speculative speedup for a deployment (a model, not a measurement)."""
+    import dataclasses
+
+    from . import plan as planner
+
+    name = planner.ALIASES.get(gpu.lower(), gpu.lower())
+    if name not in planner.DEVICES:
+        raise InvalidParameter(f"unknown --gpu {gpu!r}: choose one of {', '.join(planner.DEVICES)}")
+    for flag, value in (("--dtype", dtype), ("--draft-dtype", draft_dtype), ("--kv-dtype", kv_dtype)):
+        if value is not None and value not in planner.WEIGHT_BYTES:
+            raise InvalidParameter(f"{flag} must be one of {', '.join(planner.WEIGHT_BYTES)}, got {value!r}")
+    for flag, value in (("--context", context), ("--concurrency", concurrency)):
+        if value < 1:
+            raise InvalidParameter(f"{flag} must be >= 1, got {value}")
+    if num_gpus < 0:
+        raise InvalidParameter(f"--num-gpus must be >= 0, got {num_gpus}")
+    device = planner.DEVICES[name]
+    overrides = {"bandwidth_gbs": bandwidth, "bf16_tflops": peak_tflops, "memory_gb": memory_gb,
+                 "per_layer_overhead_ms": overhead_ms}
+    device = dataclasses.replace(device, **{key: v for key, v in overrides.items() if v is not None})
+    if any(v is not None and v <= 0 for key, v in overrides.items() if key != "per_layer_overhead_ms"):
+        raise InvalidParameter("--bandwidth, --peak-tflops and --memory-gb must be > 0")
+
+    target_shape = _plan_shape(target, params, "target", layers=layers, hidden=hidden, kv_heads=kv_heads,
+                               head_dim=head_dim, vocab=vocab)
+    draft_shape = _plan_shape(draft, draft_params, "draft") if (draft or draft_params) else None
+    accept = _plan_acceptance(acceptance, proposer)
+    inp = planner.PlanInput(target_shape, draft_shape, dtype, draft_dtype, kv_dtype, device, max(num_gpus, 1),
+                            context, concurrency, accept, parse_list(k, int, "--k"))
+    result = planner.plan(inp)
+    if num_gpus == 0 and result["min_tensor_parallel"] and result["min_tensor_parallel"] > 1:
+        inp.num_gpus = result["min_tensor_parallel"]
+        result = planner.plan(inp)
+    if emit:
+        if emit not in ("vllm", "sglang"):
+            raise InvalidParameter(f"--emit is vllm or sglang, got {emit!r}")
+        best_k = result["recommended_k"] or 4
+        make = planner.vllm_command if emit == "vllm" else planner.sglang_command
+        print(make(target or f"<target {params:g} params>", draft or "<draft>", proposer, best_k, result["num_gpus"]))
+        return
+    if as_json:
+        print(json.dumps(result))
+        return
+    print_plan(result)
+
+
+def _plan_shape(spec, params, role, **overrides):
+    from . import plan as planner
+
+    if spec:
+        from transformers import AutoConfig
+
+        from .models import resolve
+
+        resolved = resolve(spec, role)
+        return planner.shape_from_config(AutoConfig.from_pretrained(str(resolved.path)), spec)
+    if params is None:
+        raise InvalidParameter(f"give the {role} as --{'target' if role == 'target' else 'draft'} SPEC or "
+                               f"--{'params' if role == 'target' else 'draft-params'} N")
+    if params <= 0:
+        raise InvalidParameter(f"{role} parameters must be > 0, got {params}")
+    return planner.shape_from_params(params, **overrides)
+
+
+def _plan_acceptance(value: str, proposer: str) -> float:
+    from pathlib import Path
+
+    try:
+        a = float(value)
+    except ValueError:
+        path = Path(value)
+        if not path.is_file():
+            raise InvalidParameter(f"--acceptance is a number in [0, 1] or a results.json file, got {value!r}") from None
+        records = [r for r in json.loads(path.read_text()) if r.get("method") == proposer and r.get("category") == "all"
+                   and r.get("acceptance_rate") is not None]
+        if not records:
+            raise InvalidParameter(f"{path} has no '{proposer}' records with an acceptance rate") from None
+        best = max(records, key=lambda r: r["tokens_per_s"])
+        return float(best["acceptance_rate"])
+    if not 0 <= a <= 1:
+        raise InvalidParameter(f"--acceptance must be in [0, 1], got {a}")
+    return a
+
+
+def print_plan(r: dict) -> None:
+    gb = 1e9
+    t = r["target"]
+    out.print(f"target {t['name']}: {t['params'] / 1e9:.2f}B params, {t['layers']} layers, hidden {t['hidden']}, "
+              f"{t['kv_heads']} KV heads x {t['head_dim']}; weights {r['dtype']}, KV cache {r['kv_dtype']}",
+              highlight=False)
+    if r["draft"]:
+        out.print(f"draft {r['draft']['name']}: {r['draft']['params'] / 1e9:.2f}B params ({r['draft_dtype']})",
+                  highlight=False)
+    d = r["device"]
+    out.print(f"device {d['name']}: {d['memory_gb']:g} GB, {d['bandwidth_gbs']:g} GB/s, {d['bf16_tflops']:g} TFLOPS "
+              f"bf16, link {d['link_gbs']:g} GB/s; context {r['context']}, concurrency {r['concurrency']}",
+              highlight=False)
+    mem = Table("memory", "bytes")
+    for label, key in (("target weights", "weight_bytes"), ("KV cache (all sequences)", "kv_bytes_total"),
+                       ("draft weights + KV", "draft_bytes"), ("workspace allowance", "workspace_bytes"),
+                       ("total", "total_bytes"), (f"per device at TP={r['num_gpus']}", "bytes_per_device"),
+                       ("device budget", "device_budget_bytes")):
+        mem.add_row(label, f"{r[key] / gb:.2f} GB")
+    mem.add_row("KV cache per token", f"{r['kv_bytes_per_token'] / 1024:.1f} KiB")
+    out.print(mem)
+    tp = r["min_tensor_parallel"]
+    out.print(f"fits on one device: {'yes' if r['fits_one_device'] else 'NO'}; fits at TP={r['num_gpus']}: "
+              f"{'yes' if r['fits'] else 'NO'}; minimum tensor-parallel degree: {tp if tp else 'none up to 64'}",
+              highlight=False)
+    if not r["fits_one_device"]:
+        out.print(f"(weights / one device's bandwidth = {r['weight_bytes'] / (d['bandwidth_gbs'] * 1e9) * 1000:.1f} ms "
+                  "is not a valid latency here: the model does not fit on one device, so each of the "
+                  f"{r['num_gpus']} devices reads its shard and the all-reduces are added)", highlight=False)
+    p = r["plain_pass"]
+    out.print(f"plain decode pass: memory {p['memory_s'] * 1000:.2f} ms, compute {p['compute_s'] * 1000:.2f} ms, "
+              f"all-reduce {p['allreduce_s'] * 1000:.2f} ms, overhead {p['overhead_s'] * 1000:.2f} ms -> "
+              f"ITL >= {r['plain_itl_s'] * 1000:.2f} ms ({r['plain_tokens_per_s_per_request']:.1f} tok/s per request)",
+              highlight=False)
+    if r["speculative"]:
+        table = Table("k", "tokens/pass", "draft pass ms", "verify pass ms", "ITL ms", "speedup", "Leviathan")
+        for row in r["speculative"]:
+            table.add_row(str(row["k"]), f"{row['expected_tokens_per_pass']:.2f}", f"{row['draft_pass_s'] * 1000:.2f}",
+                          f"{row['verify_pass_s'] * 1000:.2f} ({row['verify_bound']})", f"{row['itl_s'] * 1000:.2f}",
+                          f"{row['speedup']:.2f}x", f"{row['leviathan_speedup']:.2f}x")
+        out.print(table)
+        out.print(f"acceptance {r['acceptance']:.2f}: recommended k = {r['recommended_k']}", highlight=False)
+    out.print("assumptions: " + "; ".join(r["assumptions"]), highlight=False)
+
+
 DEMO_PROMPTS = [
     "Write a Python function that checks whether a string is a palindrome, ignoring case and punctuation.",
     "Explain in three sentences what a hash map is.",
@@ -371,6 +529,8 @@ def demo(
                                                draft_dtype=draft_dtype)
     params = SamplingParams(max_new_tokens=max_new_tokens)
     gen.generate("Hi", SamplingParams(max_new_tokens=4), k=k, proposer="none")  # warm-up
+    err.print(f"target {gen.info['dtype']}, draft {gen.info['draft_dtype']}, k={k}, greedy, "
+              f"{max_new_tokens} new tokens at most", highlight=False)
     table = Table("prompt", "proposer", "tokens", "tok/s", "speedup", "acceptance", "mean accepted", "same as plain")
     for i, prompt in enumerate(DEMO_PROMPTS):
         out.rule(f"prompt {i + 1}: {prompt}")

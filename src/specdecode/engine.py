@@ -117,6 +117,7 @@ class SpeculativeGenerator:
         self.proposers = dict(proposers)
         self.default_proposer = default_proposer
         self.eos_token_ids = frozenset(int(t) for t in eos_token_ids)
+        self.info: dict = {}  # where the models came from and their dtypes, for reports
 
     @property
     def proposer(self) -> Proposer:

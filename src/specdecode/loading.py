@@ -22,9 +22,12 @@ def load_generator(
     target_model, tokenizer, draft_model, draft_tokenizer = load_models(
         target, draft if proposer == "draft" else None, dtype, draft_dtype
     )
-    return build_generator(
+    gen = build_generator(
         target_model, tokenizer, proposer, draft_model, draft_tokenizer, ngram_max=ngram_max, ngram_min=ngram_min
     )
+    gen.info.update(target=target, draft=draft if draft_model is not None else None, dtype=parse_dtype(dtype),
+                    draft_dtype=parse_dtype(draft_dtype or dtype) if draft_model is not None else None)
+    return gen
 
 
 def load_models(target: str, draft: str | None, dtype: str = "auto", draft_dtype: str | None = None):
