@@ -79,10 +79,18 @@ def generate(
     """Generate text with speculative decoding, streaming it, then a one-line summary."""
     from .engine import SpeculativeGenerator
 
+    from .backends.hf import world_size
+
+    distributed = world_size() > 1
+    if distributed and seed is None:
+        seed = 0  # every rank must draw the same random numbers to make the same decisions
     params = sampling_from_flags(max_new_tokens, temperature, top_k, top_p, min_p, seed, stop, ignore_eos)
     steps = parse_k(k)
     gen = SpeculativeGenerator.from_pretrained(target=target, draft=draft, proposer=proposer, dtype=dtype,
                                                draft_dtype=draft_dtype)
+    if distributed and int(os.environ.get("RANK", "0")) != 0:
+        gen.generate(prompt, params, k=steps, chat=not no_chat)  # the other ranks only compute
+        return
 
     def stream(_token, delta):
         if delta:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .backends.hf import HFRunner, load_model, parse_dtype
+from .backends.hf import HFRunner, load_model, parse_dtype, world_size
 from .engine import SpeculativeGenerator
 from .models import ModelError, check_vocab_compatible, resolve
 from .proposers import PROPOSERS, DraftModelProposer, NgramProposer, NoProposer
@@ -90,6 +90,7 @@ def _check_proposer(name: str) -> None:
 def _load(spec: str, role: str, dtype: str):
     resolved = resolve(spec, role)
     try:
-        return load_model(str(resolved.path), dtype)
+        # Under torchrun the target is sharded; the (small) draft is replicated on every rank.
+        return load_model(str(resolved.path), dtype, tensor_parallel=role == "target" and world_size() > 1)
     except (OSError, ValueError, KeyError) as exc:
         raise ModelError(f"could not load the {role} model from {resolved.path}: {exc}") from exc

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import warnings
 from pathlib import Path
 
@@ -54,8 +55,16 @@ def parse_dtype(name: str) -> str:
     return canonical
 
 
-def load_model(path: str, dtype: str) -> tuple[PreTrainedModel, object]:
+def world_size() -> int:
+    """Processes in this job (set by torchrun); above 1 the target is tensor-parallel."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def load_model(path: str, dtype: str, tensor_parallel: bool = False) -> tuple[PreTrainedModel, object]:
     """Load a transformers checkpoint for inference.
+
+    tensor_parallel: shard the model over the torchrun processes with transformers' tp_plan="auto"
+    (column/row-parallel linears, all-reduces inside the model); every rank gets the same logits.
 
     int8 = float32 model whose nn.Linear layers are replaced by dynamically quantised int8 ones
     (fbgemm). On CPUs without AVX-512 bf16 it is several times faster than bf16, whose matmuls
@@ -69,8 +78,11 @@ def load_model(path: str, dtype: str) -> tuple[PreTrainedModel, object]:
     hf_logging.set_verbosity_error()
     tokenizer = AutoTokenizer.from_pretrained(path)
     if dtype == "int8":
+        if tensor_parallel:
+            raise ValueError("int8 does not combine with tensor parallelism: use bf16 or fp32 for a sharded target")
         return _load_int8(Path(path)), tokenizer
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+    extra = {"tp_plan": "auto"} if tensor_parallel else {}
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), **extra)
     model.eval()
     return model, tokenizer
 
