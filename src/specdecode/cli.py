@@ -385,6 +385,8 @@ def plan(
     memory_gb: Optional[float] = typer.Option(None, "--memory-gb", help="overrides the device table"),
     overhead_ms: Optional[float] = typer.Option(None, "--overhead-ms-per-layer",
                                                 help="dispatch cost per layer per pass (eager CPU: measure it)"),
+    measure: bool = typer.Option(False, "--measure", help="with --gpu cpu: measure bandwidth and per-layer "
+                                                          "overhead on this machine"),
     emit: Optional[str] = typer.Option(None, "--emit", help="vllm | sglang: print the serve command"),
     as_json: bool = typer.Option(False, "--json"),
 ):
@@ -405,6 +407,18 @@ def plan(
     if num_gpus < 0:
         raise InvalidParameter(f"--num-gpus must be >= 0, got {num_gpus}")
     device = planner.DEVICES[name]
+    if measure:
+        if name != "cpu":
+            raise InvalidParameter("--measure measures this machine: use it with --gpu cpu")
+        bandwidth = bandwidth or planner.measure_bandwidth_gbs()
+        peak_tflops = peak_tflops or planner.measure_matmul_tflops()
+        overhead_ms = overhead_ms if overhead_ms is not None else planner.measure_layer_overhead_ms()
+        import psutil
+
+        memory_gb = memory_gb or psutil.virtual_memory().total / 1e9
+        err.print(f"measured: {bandwidth:.1f} GB/s read bandwidth, {peak_tflops:.3f} TFLOPS fp32 matmul, "
+                  f"{overhead_ms:.2f} ms per layer per pass",
+                  highlight=False)
     overrides = {"bandwidth_gbs": bandwidth, "bf16_tflops": peak_tflops, "memory_gb": memory_gb,
                  "per_layer_overhead_ms": overhead_ms}
     device = dataclasses.replace(device, **{key: v for key, v in overrides.items() if v is not None})

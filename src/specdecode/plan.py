@@ -36,7 +36,8 @@ DEVICES = {
         Device("h200-141gb", 141, 4800, 989, 450),
         Device("l40s", 48, 864, 362, 32, link_latency_us=15.0),  # PCIe 4.0 x16, no NVLink
         Device("b200", 180, 8000, 2250, 900),
-        Device("cpu", 24, 27, 0.2, 0, link_latency_us=0.0),  # this machine: 2 cores; override with flags
+        # This machine (2 cores): int8 GEMMs sustain ~0.12 TFLOPS; --measure reads the real values.
+        Device("cpu", 24, 27, 0.12, 0, link_latency_us=0.0),
     )
 }
 ALIASES = {"a100": "a100-80gb", "h100": "h100-80gb", "h200": "h200-141gb", "b200-180gb": "b200"}
@@ -119,8 +120,12 @@ def workspace_bytes(shape: Shape, weight_bytes: float, concurrency: int, k: int)
 
 
 def pass_time(shape: Shape, weight_bytes: float, kv_bytes_read: float, tokens: int, device: Device, tp: int) -> dict:
-    """Lower bounds for one forward pass scoring `tokens` positions (all rows together)."""
-    memory_s = (weight_bytes + kv_bytes_read) / tp / (device.bandwidth_gbs * GB)
+    """Lower bounds for one forward pass scoring `tokens` positions (all rows together).
+
+    Every weight is read once, except the input embedding table, of which a pass reads one row
+    per token."""
+    read = weight_bytes * (1 - shape.vocab * shape.hidden / shape.params)
+    memory_s = (read + kv_bytes_read) / tp / (device.bandwidth_gbs * GB)
     compute_s = 2 * shape.params * tokens / tp / (device.bf16_tflops * 1e12)
     allreduce_s = 0.0
     if tp > 1:
@@ -221,7 +226,8 @@ def plan(inp: PlanInput) -> dict:
 ASSUMPTIONS = [
     "a model, not a measurement: lower bounds from bytes/bandwidth and FLOPs/peak (dense bf16 peak for every "
     "weight format), so real engines land above these times",
-    "each decode pass reads all target weights once plus the KV cache of half the context per row",
+    "each decode pass reads all target weights once (the input embedding table excepted) plus the KV cache of "
+    "half the context per row",
     "tensor parallelism splits target weights and KV evenly, with two ring all-reduces of the bf16 activations "
     "per layer (bandwidth per direction plus a fixed latency each); the draft is replicated on every device",
     "workspace = max(1 GB, 5% of the weights) + float32 logits of all scored positions; a serving engine uses "
@@ -255,3 +261,67 @@ def sglang_command(target: str, draft: str | None, proposer: str, k: int, tp: in
         algo = (f"--speculative-algorithm STANDALONE --speculative-draft-model-path {draft} "
                 f"--speculative-num-steps {k} --speculative-eagle-topk 1 --speculative-num-draft-tokens {k + 1}")
     return f"python -m sglang.launch_server --model-path {target} --tp {tp} {algo}"
+
+
+# --- measuring this machine (for --gpu cpu --measure) ---------------------------------------------
+
+def measure_bandwidth_gbs(size_bytes: int = 1 << 30, repeats: int = 5) -> float:
+    """Memory read bandwidth: the median time to sum a buffer larger than every cache."""
+    import statistics
+    import time
+
+    import torch
+
+    x = torch.ones(size_bytes // 4, dtype=torch.float32)
+    x.sum()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        x.sum()
+        times.append(time.perf_counter() - t0)
+    return size_bytes / statistics.median(times) / GB
+
+
+def measure_matmul_tflops(n: int = 2048, repeats: int = 5) -> float:
+    """Sustained float32 matmul rate, the compute roof of a CPU pass."""
+    import statistics
+    import time
+
+    import torch
+
+    a = torch.randn(n, n)
+    b = torch.randn(n, n)
+    a @ b
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - t0)
+    return 2 * n**3 / statistics.median(times) / 1e12
+
+
+def measure_layer_overhead_ms(repeats: int = 20) -> float:
+    """Per-layer cost of a decode pass that is not reading weights: the Python dispatch of eager
+    PyTorch (dozens of small ops per layer). Measured as the time difference between tiny models
+    of 12 and 4 layers (weights of a few KB, so bandwidth plays no part) decoding one token."""
+    import statistics
+    import time
+
+    import torch
+    from transformers import DynamicCache, Qwen2Config, Qwen2ForCausalLM
+
+    def per_token(layers: int) -> float:
+        config = Qwen2Config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096)
+        model = Qwen2ForCausalLM(config).eval()
+        cache = DynamicCache(config=config)
+        times = []
+        with torch.inference_mode():
+            model(input_ids=torch.tensor([[1, 2, 3]]), past_key_values=cache, use_cache=True)
+            for i in range(repeats):
+                t0 = time.perf_counter()
+                model(input_ids=torch.tensor([[i % 200]]), past_key_values=cache, use_cache=True, logits_to_keep=1)
+                times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+    return max(0.0, (per_token(12) - per_token(4)) / 8 * 1000)
