@@ -130,7 +130,7 @@ def test_bench_cli_writes_schema(monkeypatch, capsys, tiny_dirs, tmp_path):
 
 def test_bench_rejects_bad_options(monkeypatch, capsys, tiny_dirs):
     for args, message in ((["--methods", "plain,magic"], "unknown methods"),
-                          (["--k", "2,x"], "--k takes a comma-separated list"),
+                          (["--k", "2,x"], "--k must be a whole number"),
                           (["--concurrency", "4"], "one request at a time"),
                           (["--workload", "/no/file.jsonl"], "workload file not found")):
         monkeypatch.setattr(sys, "argv", ["specdecode", "bench", "--target", tiny_dirs["target"], *args])

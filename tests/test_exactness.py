@@ -114,6 +114,15 @@ def test_greedy_is_the_argmax_path():
     assert counts == {only: 200}
 
 
+@pytest.mark.parametrize("k", [3, 6])
+def test_adaptive_confidence_stop(k):
+    """k="auto"'s early stop: a row drafts its next token only while the draft's top probability
+    for it is >= 0.5, so rows verify different numbers of drafts."""
+    P, Q = tables(V=4, seed=2)
+    counts = toy.simulate(P, Q, k, N, L, seed=90 + k, params=T1, min_confidence=0.5)
+    assert_exact(check(counts, P, T1))
+
+
 # --- negative controls: the same checks must reject these wrong algorithms --------------------
 
 
@@ -137,6 +146,15 @@ def test_control_temperature_on_one_side_is_rejected():
     cold = SamplingParams(temperature=0.5)
     counts = toy.simulate(P, Q, 3, N, L, seed=82, params=cold, p_params=T1)
     result = check(counts, P, cold)
+    assert result.p_value < ALPHA, result
+
+
+def test_control_stop_rule_on_the_sampled_token_is_rejected():
+    """Stopping because the *sampled* draft looks unlikely keeps only some samples of q, and the
+    kept drafts no longer follow q."""
+    P, Q = tables(V=4, seed=2)
+    counts = toy.simulate(P, Q, 3, N, L, seed=83, params=T1, min_confidence=0.5, confidence_of_sample=True)
+    result = check(counts, P, T1)
     assert result.p_value < ALPHA, result
 
 

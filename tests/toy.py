@@ -47,6 +47,8 @@ def simulate(
     rejection=rejection_sample,
     p_params: SamplingParams | None = None,
     bonus_from_draft: bool = False,
+    min_confidence: float = 0.0,
+    confidence_of_sample: bool = False,
 ) -> dict[tuple, int]:
     """Counts of the first L emitted tokens over n rows.
 
@@ -83,7 +85,11 @@ def simulate(
                 pa, pb = pb, drafts[i]
         D = torch.stack(drafts, 1) if k else torch.zeros((len(rows), 0), dtype=torch.long)
         Qp = None if deterministic or not k else torch.stack(qs, 1)
-        tokens, nacc = rejection(D, Qp, torch.stack(ps, 1), gen)
+        P_all = torch.stack(ps, 1)
+        if min_confidence > 0 and k > 1:
+            tokens, nacc = _ragged(D, Qp, P_all, qs, min_confidence, confidence_of_sample, rejection, gen)
+        else:
+            tokens, nacc = rejection(D, Qp, P_all, gen)
         if bonus_from_draft:
             all_in = nacc == k
             tokens[all_in, k] = extra[all_in]
@@ -97,3 +103,26 @@ def simulate(
     for seq in full[:, 2 : 2 + L].tolist():
         counts[tuple(seq)] = counts.get(tuple(seq), 0) + 1
     return counts
+
+
+def _ragged(D, Qp, P_all, qs, tau, of_sample, rejection, gen):
+    """Each row keeps drafts while the stop rule allows, then one rejection call per length."""
+    R, k = D.shape
+    keep = torch.ones(R, dtype=torch.long)
+    going = torch.ones(R, dtype=torch.bool)
+    for j in range(1, k):
+        if of_sample:  # WRONG: looks at the token already sampled from q_j
+            ok = qs[j].gather(1, D[:, j : j + 1]).squeeze(1) >= tau
+        else:  # right: q_j's top probability, known before sampling from it
+            ok = qs[j].max(-1).values >= tau
+        going &= ok
+        keep += going.long()
+    tokens = torch.full((R, k + 1), -1, dtype=torch.long)
+    nacc = torch.zeros(R, dtype=torch.long)
+    for n in keep.unique().tolist():
+        idx = (keep == n).nonzero().squeeze(1)
+        q = None if Qp is None else Qp[idx, :n]
+        t, a = rejection(D[idx, :n], q, P_all[idx, : n + 1], gen)
+        tokens[idx, : n + 1] = t
+        nacc[idx] = a
+    return tokens, nacc

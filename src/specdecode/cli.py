@@ -25,11 +25,13 @@ err = Console(stderr=True)
 USER_ERRORS = (ModelError, InvalidParameter, RequestError, ValueError, FileNotFoundError)
 
 
-def parse_k(value: str) -> int:
+def parse_k(value: str) -> int | str:
+    if value == "auto":
+        return value
     try:
         k = int(value)
     except ValueError:
-        raise InvalidParameter(f"--k must be a whole number >= 0, got {value!r}") from None
+        raise InvalidParameter(f"--k must be a whole number >= 0 or 'auto', got {value!r}") from None
     if k < 0:
         raise InvalidParameter(f"--k must be >= 0, got {k}")
     return k
@@ -62,7 +64,7 @@ def generate(
     target: str = Target,
     draft: str = Draft,
     proposer: str = Proposer,
-    k: str = typer.Option("4", "--k", help="tokens drafted per target pass"),
+    k: str = typer.Option("4", "--k", help="tokens drafted per target pass, or auto"),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens"),
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy"),
     top_k: int = typer.Option(0, "--top-k", help="0 = off"),
@@ -250,7 +252,7 @@ def bench(
                                                  help="synthetic sweep, e.g. 128,512,2048 (replaces --workload)"),
     methods: str = typer.Option("plain,draft,ngram,hf,hf-assisted", "--methods",
                                 help="plain,draft,ngram,hf,hf-assisted,hf-pld"),
-    k: str = typer.Option("2,4", "--k", help="comma-separated k values"),
+    k: str = typer.Option("2,4", "--k", help="comma-separated k values, may include auto"),
     temperature: str = typer.Option("0", "--temperature", help="comma-separated, e.g. 0,1"),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens"),
     repeats: int = typer.Option(1, "--repeats"),
@@ -279,9 +281,9 @@ def bench(
     unknown = [m for m in method_names if m not in ALL_METHODS]
     if unknown:
         raise InvalidParameter(f"unknown methods {unknown}: choose from {', '.join(ALL_METHODS)}")
-    k_values = parse_list(k, int, "--k")
-    if any(x < 1 for x in k_values):
-        raise InvalidParameter("--k values must be >= 1")
+    k_values = [parse_k(x) for x in parse_list(k, str, "--k")]
+    if any(x != "auto" and x < 1 for x in k_values):
+        raise InvalidParameter("--k values must be >= 1 or auto")
     temps = parse_list(temperature, float, "--temperature")
     if parse_list(concurrency, int, "--concurrency") != [1]:
         raise InvalidParameter("the offline bench runs one request at a time (--concurrency 1); load tests at "
@@ -322,7 +324,11 @@ def bench(
     # Warm-up: every method once on a short prompt, untimed. A method this environment cannot run
     # is reported as skipped with the reason instead of failing the whole bench.
     warm = SamplingParams(max_new_tokens=4, temperature=0.0)
-    for method, kk in grid.points(k_values[:1]):
+    warmed: set[str] = set()
+    for method, kk in grid.points(k_values):
+        if method.name in warmed:
+            continue
+        warmed.add(method.name)
         try:
             method.run(tokenizer("Hello")["input_ids"], warm, kk)
         except Exception as exc:  # noqa: BLE001 - reported, not hidden

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .adaptive import AdaptiveK
 from .backends.base import ModelRunner
 from .proposers import Proposer
 from .rejection import rejection_sample
@@ -118,6 +119,8 @@ class SpeculativeGenerator:
         self.default_proposer = default_proposer
         self.eos_token_ids = frozenset(int(t) for t in eos_token_ids)
         self.info: dict = {}  # where the models came from and their dtypes, for reports
+        self.auto_k_max = 8  # the largest k that k="auto" may reach
+        self.auto_min_confidence = 0.4  # k="auto" stops drafting below this top draft probability
 
     @property
     def proposer(self) -> Proposer:
@@ -186,20 +189,21 @@ class SpeculativeGenerator:
         self,
         prompt: Prompt,
         params: SamplingParams | None = None,
-        k: int = 4,
+        k: int | str = 4,
         chat: bool = True,
         on_token: OnToken | None = None,
         proposer: str | None = None,
     ) -> GenerationOutput:
         """Generate a continuation of `prompt` (text, token ids, or chat messages).
 
-        k is the number of tokens drafted per target pass; `proposer` overrides the default one
-        for this request. on_token(token_id, text_delta) is called for every emitted token.
+        k is the number of tokens drafted per target pass, or "auto" to adapt it per request (see
+        adaptive.py); `proposer` overrides the default one for this request. on_token(token_id, text_delta) is called for every emitted token.
         """
         params = params or SamplingParams()
         drafter = self.get_proposer(proposer)
-        if not isinstance(k, int) or isinstance(k, bool) or k < 0:
-            raise InvalidParameter(f"k must be an integer >= 0 (tokens drafted per step), got {k!r}")
+        adaptive = AdaptiveK(k_max=self.auto_k_max, min_confidence=self.auto_min_confidence) if k == "auto" else None
+        if adaptive is None and (not isinstance(k, int) or isinstance(k, bool) or k < 0):
+            raise InvalidParameter(f"k must be an integer >= 0 (tokens drafted per step) or 'auto', got {k!r}")
         prompt_ids = self.encode(prompt, chat)
         limit = self.target.max_context
         if len(prompt_ids) + 1 > limit:
@@ -228,10 +232,12 @@ class SpeculativeGenerator:
             if room < 0:
                 stats.finish_reason = "length"
                 break
-            step_k = min(k, params.max_new_tokens - len(generated) - 1, room)
+            wanted = adaptive.k if adaptive else k
+            step_k = min(wanted, params.max_new_tokens - len(generated) - 1, room)
 
             t0 = time.perf_counter()
-            proposal = drafter.propose(context, step_k, params, generator)
+            confidence = adaptive.min_confidence if adaptive else 0.0
+            proposal = drafter.propose(context, step_k, params, generator, min_confidence=confidence)
             drafts = proposal.tokens[:step_k]
             q = None if proposal.probs is None else proposal.probs[: len(drafts)].unsqueeze(0)
             t1 = time.perf_counter()
@@ -253,6 +259,8 @@ class SpeculativeGenerator:
             stats.drafted_tokens += len(drafts)
             stats.accepted_tokens += accepted
             stats.record_positions(len(drafts), accepted)
+            if adaptive:
+                adaptive.update(len(drafts), accepted)
 
             emitted = 0
             for token in tokens[0, : accepted + 1].tolist():

@@ -113,7 +113,7 @@ def write_plots(out_dir: Path, records: list[dict], runs: list[dict]) -> list[Pa
     temps = sorted({r["temperature"] for r in records})
 
     # Speedup vs k per category, one panel per temperature.
-    k_records = [r for r in records if r["k"] is not None and r["speedup_vs_plain"] is not None]
+    k_records = [r for r in records if isinstance(r["k"], int) and r["speedup_vs_plain"] is not None]
     if k_records:
         fig, axes = plt.subplots(1, len(temps), figsize=(6 * len(temps), 4.5), squeeze=False)
         for ax, t in zip(axes[0], temps):

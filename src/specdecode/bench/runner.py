@@ -18,7 +18,7 @@ from .workloads import Prompt
 
 @dataclass
 class BenchConfig:
-    k_values: list[int]
+    k_values: list[int | str]  # numbers and/or "auto"
     temperatures: list[float]
     max_new_tokens: int
     repeats: int = 1
@@ -36,7 +36,8 @@ class Grid:
         out = []
         for m in self.methods:
             if m.name in K_METHODS:
-                out.extend((m, k) for k in k_values)
+                # k="auto" is our engine's adaptive drafting; transformers has no equivalent flag.
+                out.extend((m, k) for k in k_values if k != "auto" or m.name in ("draft", "ngram"))
             else:
                 out.append((m, None))
         return out
@@ -130,14 +131,19 @@ def aggregate(runs: list[dict]) -> list[dict]:
         t1 = plain_pass.get((r["temperature"], r["category"]))
         r["draft_cost_ratio"] = None
         r["predicted_speedup"] = None
-        if r["drafted_tokens"] and t1 and r["draft_s"] is not None and r["k"]:
+        if r["drafted_tokens"] and t1 and r["draft_s"] is not None and isinstance(r["k"], int) and r["k"]:
             c = (r["draft_s"] / r["drafted_tokens"]) / t1
             r["draft_cost_ratio"] = c
             r["predicted_speedup"] = metrics.leviathan_speedup(r["acceptance_rate"], r["k"], c)
     _mark_divergence(records, runs)
     order = {name: i for i, name in enumerate(ALL_METHODS)}
     return sorted(records, key=lambda r: (r["category"] != "all", r["category"], r["temperature"],
-                                          order.get(r["method"], 99), -1 if r["k"] is None else r["k"]))
+                                          order.get(r["method"], 99), k_order(r["k"])))
+
+
+def k_order(k) -> tuple:
+    """None (k-less methods) first, then the numbers, then "auto"."""
+    return (0, 0) if k is None else (2, 0) if k == "auto" else (1, k)
 
 
 def _summarise(key: tuple, rs: list[dict]) -> dict:

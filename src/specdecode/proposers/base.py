@@ -25,10 +25,18 @@ class Proposer(Protocol):
         """A new sequence begins with these prompt tokens."""
 
     def propose(
-        self, context: list[int], k: int, params: SamplingParams, generator: torch.Generator | None
+        self,
+        context: list[int],
+        k: int,
+        params: SamplingParams,
+        generator: torch.Generator | None,
+        min_confidence: float = 0.0,
     ) -> Proposal:
         """Guess up to k tokens following `context` (prompt + everything emitted so far).
 
         Which tokens are proposed may depend on anything; exactness only requires that `probs` is
-        the distribution each token was actually drawn from.
+        the distribution each token was actually drawn from. Hence min_confidence (stop drafting
+        when the draft is unsure) must be judged on the next distribution *before* sampling from
+        it: a rule that looked at the sampled token would keep only some samples of q, and the
+        kept ones would no longer follow q.
         """

@@ -33,7 +33,12 @@ class DraftModelProposer:
         self.stable = 0
 
     def propose(
-        self, context: list[int], k: int, params: SamplingParams, generator: torch.Generator | None
+        self,
+        context: list[int],
+        k: int,
+        params: SamplingParams,
+        generator: torch.Generator | None,
+        min_confidence: float = 0.0,
     ) -> Proposal:
         if k <= 0:
             return Proposal(tokens=[])
@@ -49,6 +54,10 @@ class DraftModelProposer:
         for _ in range(k):
             logits = self.runner.forward(feed)[-1]
             self.cached.extend(feed)
+            # Judged before sampling (see Proposer.propose): the draft's top probability at
+            # temperature 1, a function of the prefix only.
+            if min_confidence > 0 and tokens and float(torch.softmax(logits, -1).max()) < min_confidence:
+                break
             if params.greedy:
                 token = int(logits.argmax())
             else:

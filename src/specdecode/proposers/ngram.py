@@ -26,7 +26,7 @@ class NgramProposer:
     def start(self, prompt_ids: list[int]) -> None:
         pass
 
-    def propose(self, context, k, params, generator) -> Proposal:
+    def propose(self, context, k, params, generator, min_confidence: float = 0.0) -> Proposal:
         return Proposal(tokens=lookup(np.asarray(context, dtype=np.int64), k, self.max_n, self.min_n))
 
 

@@ -11,5 +11,5 @@ class NoProposer:
     def start(self, prompt_ids: list[int]) -> None:
         pass
 
-    def propose(self, context, k, params, generator) -> Proposal:
+    def propose(self, context, k, params, generator, min_confidence: float = 0.0) -> Proposal:
         return Proposal(tokens=[])
