@@ -77,12 +77,21 @@ def generate(
     draft_dtype: Optional[str] = DraftDType,
     no_chat: bool = typer.Option(False, "--no-chat", help="do not apply the chat template"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object instead of streaming"),
+    config: Optional[str] = typer.Option(None, "--config", help="a file from `specdecode tune --save`: its "
+                                                                "proposer, k, models and dtypes replace the flags"),
 ):
     """Generate text with speculative decoding, streaming it, then a one-line summary."""
     from .engine import SpeculativeGenerator
 
     from .backends.hf import world_size
 
+    if config:
+        from .tune import load_config
+
+        saved = load_config(config)
+        target, draft = saved.get("target", target), saved.get("draft") or draft
+        proposer, dtype = saved.get("proposer", proposer), saved.get("dtype", dtype)
+        draft_dtype, k = saved.get("draft_dtype", draft_dtype), str(saved.get("k", k))
     distributed = world_size() > 1
     if distributed and seed is None:
         seed = 0  # every rank must draw the same random numbers to make the same decisions
@@ -263,6 +272,8 @@ def bench(
     dtype: str = DType,
     draft_dtype: Optional[str] = DraftDType,
     out_dir: str = typer.Option("bench-out", "--out", help="directory for results.json, report.md and plots"),
+    config: Optional[str] = typer.Option(None, "--config", help="a `tune --save` file: its models and dtypes are "
+                                                                "used and its k joins the grid"),
 ):
     """Benchmark plain decoding, our proposers and transformers' peers side by side."""
     from pathlib import Path
@@ -277,6 +288,14 @@ def bench(
     from .bench.workloads import length_sweep, load_workload
     from .loading import build_generator, eos_ids, load_models
 
+    if config:
+        from .tune import load_config
+
+        saved = load_config(config)
+        target, draft = saved.get("target", target), saved.get("draft") or draft
+        dtype, draft_dtype = saved.get("dtype", dtype), saved.get("draft_dtype", draft_dtype)
+        if "k" in saved and str(saved["k"]) not in k.split(","):
+            k = f"{k},{saved['k']}"
     method_names = parse_list(methods, str, "--methods")
     unknown = [m for m in method_names if m not in ALL_METHODS]
     if unknown:
@@ -535,6 +554,105 @@ def print_plan(r: dict) -> None:
         out.print(table)
         out.print(f"acceptance {r['acceptance']:.2f}: recommended k = {r['recommended_k']}", highlight=False)
     out.print("assumptions: " + "; ".join(r["assumptions"]), highlight=False)
+
+
+@app.command()
+def tune(
+    workload: str = typer.Option("spec-bench", "--workload"),
+    categories: Optional[str] = typer.Option(None, "--categories"),
+    limit: int = typer.Option(6, "--limit", help="prompts used for the measurements"),
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens"),
+    target: str = Target,
+    draft: str = Draft,
+    proposer: str = typer.Option("draft,ngram", "--proposer", help="proposers to consider"),
+    k: str = typer.Option("1,2,3,4,6,8", "--k", help="candidate k values"),
+    temperature: float = typer.Option(0.0, "--temperature"),
+    dtype: str = DType,
+    draft_dtype: Optional[str] = DraftDType,
+    measure: str = typer.Option("best", "--measure", help="best (plain + the recommendation) | all | none"),
+    save: Optional[str] = typer.Option(None, "--save", help="write the choice to this config file"),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Measure costs and acceptance, predict tokens/s for each (proposer, k), and recommend one."""
+    from pathlib import Path
+
+    from rich.progress import Progress
+
+    from . import tune as tuner
+    from .bench.workloads import load_workload
+    from .proposers import PROPOSERS
+
+    names = parse_list(proposer, str, "--proposer")
+    if any(n not in PROPOSERS or n == "none" for n in names):
+        raise InvalidParameter(f"--proposer takes draft and/or ngram, got {proposer!r}")
+    k_values = parse_list(k, int, "--k")
+    if any(x < 1 for x in k_values):
+        raise InvalidParameter("--k values must be >= 1")
+    if measure not in ("best", "all", "none"):
+        raise InvalidParameter(f"--measure is best, all or none, got {measure!r}")
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, seed=0)
+    prompts = load_workload(workload, parse_list(categories, str, "--categories") if categories else None, limit)
+    gen = SpeculativeGenerator_from(target, draft if "draft" in names else None, dtype, draft_dtype)
+    ids = [gen.encode(p.turns[0]) for p in prompts]
+    gen.generate(ids[0], SamplingParams(max_new_tokens=4), k=2, chat=False, proposer="none")  # warm-up
+    k_max = max(k_values)
+    with Progress(console=err, transient=True) as progress:
+        task = progress.add_task("measuring verify and draft costs", total=None)
+        median_prompt = sorted(ids, key=len)[len(ids) // 2]
+        costs = tuner.measure_costs(gen, median_prompt, max_width=k_max + 1)
+        accs = {}
+        for name in names:
+            progress.update(task, description=f"acceptance of {name} at k={k_max}", total=len(ids), completed=0)
+            accs[name] = tuner.measure_acceptance(gen, ids, name, k_max, params,
+                                                  progress=lambda: progress.advance(task))
+        predictions = [tuner.predict(costs, accs[n], kk) for n in names for kk in k_values]
+        best = tuner.recommend(predictions)
+        to_measure = [] if measure == "none" else predictions if measure == "all" else [best]
+        plain = None
+        if measure != "none":
+            progress.update(task, description="measuring plain decoding", total=len(ids), completed=0)
+            plain = tuner.measured_tokens_per_s(gen, ids, "none", 0, params, progress=lambda: progress.advance(task))
+        for pred in to_measure:
+            progress.update(task, description=f"measuring {pred.proposer} k={pred.k}", total=len(ids), completed=0)
+            pred.measured_tokens_per_s = tuner.measured_tokens_per_s(gen, ids, pred.proposer, pred.k, params,
+                                                                     progress=lambda: progress.advance(task))
+    choice = {"proposer": best.proposer, "k": best.k, "target": target, "draft": draft if best.proposer == "draft"
+              else None, "dtype": gen.info.get("dtype"), "draft_dtype": gen.info.get("draft_dtype")}
+    result = {**choice, "predicted_tokens_per_s": best.predicted_tokens_per_s,
+              "measured_tokens_per_s": best.measured_tokens_per_s, "plain_tokens_per_s": plain,
+              "verify_cost_s": costs.verify_s, "draft_token_s": costs.draft_token_s,
+              "acceptance": {n: a.accepted_at for n, a in accs.items()},
+              "table": [tuner.as_dict(p) for p in predictions]}
+    if save:
+        tuner.save_config(Path(save), choice)
+    if as_json:
+        print(json.dumps(result))
+        return
+    table = Table("proposer", "k", "tokens/pass", "pass ms (draft+verify+other)", "predicted tok/s", "measured tok/s",
+                  "error")
+    for p in predictions:
+        c = p.costs
+        err_pct = "-" if p.measured_tokens_per_s is None else \
+            f"{(p.predicted_tokens_per_s / p.measured_tokens_per_s - 1):+.0%}"
+        table.add_row(p.proposer, str(p.k), f"{p.expected_tokens_per_pass:.2f}",
+                      f"{p.pass_s * 1000:.0f} ({c['draft_s'] * 1000:.0f}+{c['verify_s'] * 1000:.0f}+"
+                      f"{c['other_s'] * 1000:.0f})", f"{p.predicted_tokens_per_s:.2f}",
+                      "-" if p.measured_tokens_per_s is None else f"{p.measured_tokens_per_s:.2f}", err_pct)
+    out.print(table)
+    widths = " ".join(f"{w}:{t * 1000:.0f}" for w, t in sorted(costs.verify_s.items()))
+    out.print(f"verify cost by tokens scored (ms): {widths}; draft {costs.draft_token_s * 1000:.0f} ms/token",
+              highlight=False)
+    if plain:
+        out.print(f"plain decoding: {plain:.2f} tok/s", highlight=False)
+    out.print(f"recommended: --proposer {best.proposer} --k {best.k} (predicted {best.predicted_tokens_per_s:.2f} "
+              "tok/s)" + (f"; saved to {save}" if save else ""), highlight=False)
+
+
+def SpeculativeGenerator_from(target, draft, dtype, draft_dtype):
+    from .engine import SpeculativeGenerator
+
+    return SpeculativeGenerator.from_pretrained(target=target, draft=draft, proposer="draft" if draft else "none",
+                                               dtype=dtype, draft_dtype=draft_dtype)
 
 
 DEMO_PROMPTS = [

@@ -1,0 +1,170 @@
+"""Choosing the proposal length from measured costs and measured acceptance.
+
+tokens/s(k) = E_k / (draft cost of k tokens + verify cost of the pass + per-pass overhead), where
+E_k = 1 + sum_{i<k} A_i is the expected number of tokens a pass emits and A_i the measured fraction
+of passes that accepted draft i (drafts are accepted in order, so A_i already includes the chance of
+reaching position i). One acceptance run at k_max gives A_i for every smaller k; the verify cost is
+measured for every width because on CPUs it is not flat (see the README).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .engine import SpeculativeGenerator
+from .sampling import SamplingParams
+
+CONFIG_KEYS = ("proposer", "k", "target", "draft", "dtype", "draft_dtype")
+
+
+@dataclass
+class Costs:
+    verify_s: dict[int, float]  # tokens scored in one target pass -> seconds
+    draft_token_s: float  # one draft forward of one token (0 for ngram)
+    lookup_s: float  # one n-gram lookup
+
+    def verify(self, width: float) -> float:
+        """Cost of a pass of (possibly fractional, i.e. average) width, interpolated."""
+        widths = sorted(self.verify_s)
+        return float(np.interp(width, widths, [self.verify_s[w] for w in widths]))
+
+
+@dataclass
+class Acceptance:
+    proposer: str
+    k_max: int
+    accepted_at: list[float]  # A_i: fraction of passes that accepted draft i
+    drafted_at: list[float]  # fraction of passes that drafted position i (ngram may draft fewer)
+    other_per_pass_s: float  # sampling, rejection and bookkeeping per pass
+    draft_per_pass_s: float = 0.0  # measured, for reports
+    passes: int = 0
+
+
+@dataclass
+class Prediction:
+    proposer: str
+    k: int
+    expected_tokens_per_pass: float
+    pass_s: float
+    predicted_tokens_per_s: float
+    measured_tokens_per_s: float | None = None
+    costs: dict = field(default_factory=dict)
+
+
+@torch.inference_mode()
+def measure_costs(gen: SpeculativeGenerator, prompt_ids: list[int], max_width: int = 16, repeats: int = 5) -> Costs:
+    target = gen.target
+    target.reset()
+    target.forward(prompt_ids[:-1])
+    base = target.length
+    verify = {}
+    for width in range(1, max_width + 1):
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            target.forward(prompt_ids[-1:] + [prompt_ids[-1]] * (width - 1), all_logits=True)
+            times.append(time.perf_counter() - t0)
+            target.truncate(base)
+        verify[width] = statistics.median(times)
+    draft_s = 0.0
+    if "draft" in gen.proposers:
+        runner = gen.proposers["draft"].runner
+        runner.reset()
+        runner.forward(prompt_ids)
+        times = []
+        for i in range(repeats * 2):
+            t0 = time.perf_counter()
+            runner.forward([prompt_ids[-1 - (i % 4)]])
+            times.append(time.perf_counter() - t0)
+        draft_s = statistics.median(times)
+    from .proposers.ngram import lookup
+
+    arr = np.asarray(prompt_ids * 4)
+    t0 = time.perf_counter()
+    for _ in range(20):
+        lookup(arr, 8, 3, 1)
+    return Costs(verify, draft_s, (time.perf_counter() - t0) / 20)
+
+
+def measure_acceptance(gen: SpeculativeGenerator, prompts: list[list[int]], proposer: str, k_max: int,
+                       params: SamplingParams, progress=None) -> Acceptance:
+    accepted = np.zeros(k_max)
+    drafted = np.zeros(k_max)
+    passes = 0
+    other = draft = 0.0
+    for ids in prompts:
+        s = gen.generate(ids, params, k=k_max, chat=False, proposer=proposer).stats
+        n = len(s["accepted_per_position"])
+        accepted[:n] += s["accepted_per_position"]
+        drafted[:n] += s["drafted_per_position"]
+        passes += s["target_passes"]
+        other += s["other_s"]
+        draft += s["draft_s"]
+        if progress:
+            progress()
+    passes = max(passes, 1)
+    return Acceptance(proposer, k_max, (accepted / passes).tolist(), (drafted / passes).tolist(), other / passes,
+                      draft / passes, passes)
+
+
+def predict(costs: Costs, acc: Acceptance, k: int) -> Prediction:
+    k = min(k, acc.k_max)
+    tokens = 1.0 + sum(acc.accepted_at[:k])
+    width = 1.0 + sum(min(1.0, d) for d in acc.drafted_at[:k])  # average tokens scored per pass
+    if acc.proposer == "draft":
+        draft = (width - 1.0) * costs.draft_token_s
+    else:
+        draft = costs.lookup_s if k else 0.0
+    verify = costs.verify(width)
+    pass_s = draft + verify + acc.other_per_pass_s
+    return Prediction(acc.proposer, k, tokens, pass_s, tokens / pass_s,
+                      costs={"draft_s": draft, "verify_s": verify, "other_s": acc.other_per_pass_s})
+
+
+def recommend(predictions: list[Prediction]) -> Prediction:
+    return max(predictions, key=lambda p: p.predicted_tokens_per_s)
+
+
+def measured_tokens_per_s(gen: SpeculativeGenerator, prompts: list[list[int]], proposer: str, k: int,
+                          params: SamplingParams, progress=None) -> float:
+    tokens = seconds = 0.0
+    for ids in prompts:
+        s = gen.generate(ids, params, k=k, chat=False, proposer=proposer).stats
+        # Decode speed: the prefill is the same for every k and would blur the comparison.
+        tokens += s["new_tokens"]
+        seconds += s["total_s"] - s["prefill_s"]
+        if progress:
+            progress()
+    return tokens / seconds if seconds > 0 else 0.0
+
+
+def save_config(path: Path, choice: dict) -> None:
+    path.write_text(json.dumps({key: choice.get(key) for key in CONFIG_KEYS} | {"source": "specdecode tune"},
+                               indent=1) + "\n")
+
+
+def load_config(path: str) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"config file not found: {p}")
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{p} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{p} must hold a JSON object with keys among {', '.join(CONFIG_KEYS)}")
+    unknown = set(data) - set(CONFIG_KEYS) - {"source", "predicted_tokens_per_s"}
+    if unknown:
+        raise ValueError(f"{p}: unknown keys {sorted(unknown)}; expected {', '.join(CONFIG_KEYS)}")
+    return {key: data[key] for key in CONFIG_KEYS if data.get(key) is not None}
+
+
+def as_dict(p: Prediction) -> dict:
+    return asdict(p)

@@ -1,0 +1,65 @@
+"""The proposal-length cost model, by hand, and `specdecode tune` end to end on tiny models."""
+
+import json
+import sys
+
+import pytest
+
+from specdecode import cli
+from specdecode.tune import Acceptance, Costs, load_config, predict, recommend
+
+
+def test_prediction_by_hand():
+    costs = Costs(verify_s={1: 0.10, 2: 0.12, 3: 0.14, 4: 0.20, 5: 0.30}, draft_token_s=0.02, lookup_s=0.0)
+    acc = Acceptance("draft", 4, accepted_at=[0.8, 0.6, 0.4, 0.2], drafted_at=[1, 1, 1, 1], other_per_pass_s=0.01)
+    p2 = predict(costs, acc, 2)
+    # E = 1 + 0.8 + 0.6 = 2.4 tokens; pass = 2 drafts * 0.02 + verify(3) 0.14 + 0.01 = 0.19 s
+    assert p2.expected_tokens_per_pass == pytest.approx(2.4)
+    assert p2.pass_s == pytest.approx(0.19)
+    assert p2.predicted_tokens_per_s == pytest.approx(2.4 / 0.19)
+    p4 = predict(costs, acc, 4)
+    assert p4.predicted_tokens_per_s == pytest.approx(3.0 / (0.08 + 0.30 + 0.01))
+    preds = [predict(costs, acc, k) for k in (1, 2, 3, 4)]
+    assert recommend(preds).k == max(preds, key=lambda p: p.predicted_tokens_per_s).k == 2
+    # n-gram: proposals shorter than k on average make the pass narrower.
+    ng = Acceptance("ngram", 4, accepted_at=[0.5, 0.25, 0, 0], drafted_at=[0.5, 0.5, 0.25, 0.25],
+                    other_per_pass_s=0.0)
+    p = predict(costs, ng, 4)
+    assert p.costs["verify_s"] == pytest.approx(costs.verify(2.5)) == pytest.approx(0.13)
+
+
+def test_tune_cli_recommends_and_saves(monkeypatch, capsys, tiny_dirs, tmp_path):
+    saved = tmp_path / "tuned.json"
+    monkeypatch.setattr(sys, "argv", ["specdecode", "tune", "--target", tiny_dirs["target"], "--draft",
+                                      tiny_dirs["draft"], "--dtype", "fp32", "--limit", "2", "--categories",
+                                      "qa", "--max-new-tokens", "8", "--k", "1,2,4", "--save", str(saved),
+                                      "--json"])
+    try:
+        cli.main()
+    except SystemExit as exc:
+        assert not exc.code, capsys.readouterr().err
+    result = json.loads(capsys.readouterr().out)
+    for key in ("proposer", "k", "predicted_tokens_per_s", "table"):
+        assert key in result
+    assert len(result["table"]) == 6 and result["measured_tokens_per_s"] > 0
+    best = max(result["table"], key=lambda r: r["predicted_tokens_per_s"])
+    assert (result["proposer"], result["k"]) == (best["proposer"], best["k"])
+    config = load_config(str(saved))
+    assert config["k"] == result["k"] and config["proposer"] == result["proposer"]
+    # generate --config uses the saved choice.
+    monkeypatch.setattr(sys, "argv", ["specdecode", "generate", "hi", "--config", str(saved), "--max-new-tokens",
+                                      "4", "--json", "--ignore-eos"])
+    try:
+        cli.main()
+    except SystemExit as exc:
+        assert not exc.code, capsys.readouterr().err
+    assert len(json.loads(capsys.readouterr().out)["token_ids"]) == 4
+
+
+def test_bad_config_file(tmp_path):
+    bad = tmp_path / "c.json"
+    bad.write_text('{"k": 4, "speed": "fast"}')
+    with pytest.raises(ValueError, match="unknown keys"):
+        load_config(str(bad))
+    with pytest.raises(ValueError, match="config file not found"):
+        load_config(str(tmp_path / "none.json"))
