@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .backends.hf import HFRunner, load_model, parse_dtype, world_size
+from .backends.hf import HFRunner, load_model, logit_width, parse_dtype, world_size
 from .engine import SpeculativeGenerator
 from .models import ModelError, check_vocab_compatible, resolve
 from .proposers import PROPOSERS, DraftModelProposer, NgramProposer, NoProposer
@@ -38,13 +38,8 @@ def load_models(target: str, draft: str | None, dtype: str = "auto", draft_dtype
     if not draft:
         return target_model, tokenizer, None, None
     draft_model, draft_tokenizer = _load(draft, "draft", draft_dtype)
-    check_vocab_compatible(tokenizer, draft_tokenizer, _logit_width(target_model), _logit_width(draft_model))
+    check_vocab_compatible(tokenizer, draft_tokenizer, logit_width(target_model), logit_width(draft_model))
     return target_model, tokenizer, draft_model, draft_tokenizer
-
-
-def _logit_width(model) -> int:
-    head = model.get_output_embeddings()
-    return int(getattr(head, "out_features", None) or model.config.vocab_size)
 
 
 def build_generator(

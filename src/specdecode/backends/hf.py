@@ -111,6 +111,16 @@ def _load_int8(path: Path) -> PreTrainedModel:
         return model
 
 
+def logit_width(model: PreTrainedModel) -> int:
+    """Columns of the logits the model returns (the LM head may be wider than the tokenizer)."""
+    head = model.get_output_embeddings()
+    return int(getattr(head, "out_features", None) or model.config.vocab_size)
+
+
+def context_length(model: PreTrainedModel) -> int:
+    return int(getattr(model.config, "max_position_embeddings", 1 << 30))
+
+
 class HFRunner:
     """ModelRunner over a transformers model, batch size 1.
 
@@ -121,9 +131,8 @@ class HFRunner:
     def __init__(self, model: PreTrainedModel):
         self.model = model
         self.device = next(model.parameters()).device
-        head = model.get_output_embeddings()
-        self.vocab_size = int(getattr(head, "out_features", None) or model.config.vocab_size)
-        self.max_context = int(getattr(model.config, "max_position_embeddings", 1 << 30))
+        self.vocab_size = logit_width(model)
+        self.max_context = context_length(model)
         self.cache = DynamicCache(config=model.config)
         self._length = 0
 

@@ -11,14 +11,15 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from .hf import context_length, logit_width
+
 
 class BatchRunner:
     def __init__(self, model: PreTrainedModel):
         self.model = model
         self.device = next(model.parameters()).device
-        head = model.get_output_embeddings()
-        self.vocab_size = int(getattr(head, "out_features", None) or model.config.vocab_size)
-        self.max_context = int(getattr(model.config, "max_position_embeddings", 1 << 30))
+        self.vocab_size = logit_width(model)
+        self.max_context = context_length(model)
         self.cache = DynamicCache(config=model.config)
         self.valid = torch.zeros((0, 0), dtype=torch.bool)  # [B, cache columns]
         self.pos = torch.zeros(0, dtype=torch.long)  # [B] tokens per row = next position id
