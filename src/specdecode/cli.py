@@ -274,8 +274,21 @@ def bench(
     out_dir: str = typer.Option("bench-out", "--out", help="directory for results.json, report.md and plots"),
     config: Optional[str] = typer.Option(None, "--config", help="a `tune --save` file: its models and dtypes are "
                                                                 "used and its k joins the grid"),
+    endpoint: Optional[str] = typer.Option(None, "--endpoint", help="load-test an OpenAI-compatible server at URL"),
+    requests: int = typer.Option(32, "--requests", help="with --endpoint: requests per concurrency level"),
+    request_rate: Optional[float] = typer.Option(None, "--request-rate", help="with --endpoint: Poisson arrivals "
+                                                                             "per second (default: all at once)"),
+    model: Optional[str] = typer.Option(None, "--model", help="with --endpoint: model name (default: the first "
+                                                              "of /v1/models)"),
+    api: str = typer.Option("chat", "--api", help="with --endpoint: chat | completions"),
+    tokenizer_spec: Optional[str] = typer.Option(None, "--tokenizer", help="with --endpoint: a model spec whose "
+                                                                           "tokenizer counts tokens per chunk"),
 ):
-    """Benchmark plain decoding, our proposers and transformers' peers side by side."""
+    """Benchmark plain decoding, our proposers and transformers' peers side by side, or (--endpoint)
+    a running OpenAI-compatible server under load."""
+    if endpoint:
+        return bench_endpoint(endpoint, workload, categories, limit, concurrency, requests, request_rate,
+                              max_new_tokens, temperature, model, api, tokenizer_spec, seed, out_dir)
     from pathlib import Path
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
@@ -305,8 +318,8 @@ def bench(
         raise InvalidParameter("--k values must be >= 1 or auto")
     temps = parse_list(temperature, float, "--temperature")
     if parse_list(concurrency, int, "--concurrency") != [1]:
-        raise InvalidParameter("the offline bench runs one request at a time (--concurrency 1); load tests at "
-                               "higher concurrency drive a server")
+        raise InvalidParameter("the offline bench runs one request at a time (--concurrency 1); for load at "
+                               "higher concurrency, drive a server with --endpoint URL")
     if turns not in ("first", "all"):
         raise InvalidParameter(f"--turns is first or all, got {turns!r}")
     if repeats < 1:
@@ -554,6 +567,58 @@ def print_plan(r: dict) -> None:
         out.print(table)
         out.print(f"acceptance {r['acceptance']:.2f}: recommended k = {r['recommended_k']}", highlight=False)
     out.print("assumptions: " + "; ".join(r["assumptions"]), highlight=False)
+
+
+def bench_endpoint(endpoint, workload, categories, limit, concurrency, requests, request_rate, max_new_tokens,
+                   temperature, model, api, tokenizer_spec, seed, out_dir) -> None:
+    from pathlib import Path
+
+    from .bench.endpoint import run_endpoint_bench
+    from .bench.report import write_endpoint_outputs
+    from .bench.workloads import load_workload
+
+    levels = parse_list(concurrency, int, "--concurrency")
+    if any(c < 1 for c in levels):
+        raise InvalidParameter("--concurrency values must be >= 1")
+    if requests < 1:
+        raise InvalidParameter("--requests must be >= 1")
+    if request_rate is not None and request_rate <= 0:
+        raise InvalidParameter("--request-rate must be > 0")
+    if api not in ("chat", "completions"):
+        raise InvalidParameter(f"--api is chat or completions, got {api!r}")
+    if not endpoint.startswith(("http://", "https://")):
+        raise InvalidParameter(f"--endpoint must be an http(s) URL, got {endpoint!r}")
+    temps = parse_list(temperature, float, "--temperature")
+    prompts = [p.turns[0] for p in load_workload(workload, parse_list(categories, str, "--categories")
+                                                 if categories else None, limit)]
+    tokenizer = None
+    if tokenizer_spec:
+        from transformers import AutoTokenizer
+
+        from .models import resolve
+
+        tokenizer = AutoTokenizer.from_pretrained(str(resolve(tokenizer_spec, "tokenizer").path))
+    records, raw = [], []
+    for t in temps:
+        r, w = run_endpoint_bench(endpoint, prompts, levels, requests, request_rate, max_new_tokens, t, tokenizer,
+                                  api == "chat", model, seed=seed,
+                                  progress=lambda c: err.print(f"concurrency {c} done", highlight=False))
+        records += r
+        raw += w
+    write_endpoint_outputs(Path(out_dir), records, raw, {"endpoint": endpoint, "concurrency": levels,
+                                                         "requests_per_level": requests, "request_rate": request_rate,
+                                                         "max_new_tokens": max_new_tokens, "api": api,
+                                                         "prompts": len(prompts)})
+    table = Table("concurrency", "T", "ok/requests", "tok/s", "req/s", "TTFT ms", "ITL p50/p90/p99 ms", "TPOT ms",
+                  "acceptance")
+    for r in records:
+        ms = lambda v: "-" if v is None else f"{v * 1000:.0f}"  # noqa: E731
+        table.add_row(str(r["concurrency"]), f"{r['temperature']:g}", f"{r['requests'] - r['errors']}/{r['requests']}",
+                      f"{r['tokens_per_s']:.2f}", f"{r['request_throughput']:.2f}", ms(r["ttft_s"]),
+                      f"{ms(r['itl_p50_s'])}/{ms(r['itl_p90_s'])}/{ms(r['itl_p99_s'])}", ms(r["tpot_s"]),
+                      "-" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.1%}")
+    out.print(table)
+    out.print(f"wrote {out_dir}/results.json, {out_dir}/report.md and plots")
 
 
 @app.command()

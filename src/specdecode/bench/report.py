@@ -182,3 +182,47 @@ def _save(fig, path: Path) -> Path:
 
     plt.close(fig)
     return path
+
+
+def write_endpoint_outputs(out_dir: Path, records: list[dict], raw: list[dict], config: dict) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps(records, indent=1) + "\n")
+    with open(out_dir / "runs.jsonl", "w") as fh:
+        for r in raw:
+            fh.write(json.dumps(r) + "\n")
+    lines = ["# specdecode endpoint load report", "", "| | |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in config.items()]
+    lines += ["", "Inter-token latency is per token: a streamed chunk's gap is shared by the tokens in it (counted by "
+              "tokenizing the chunk, scaled to the server's usage total).", "",
+              "| concurrency | T | ok/requests | tok/s | req/s | TTFT ms | ITL p50/p90/p99 ms | TPOT ms | acceptance |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        itl = "/".join(_fmt(r[key], ".0f", 1000) for key in ("itl_p50_s", "itl_p90_s", "itl_p99_s"))
+        lines.append(f"| {r['concurrency']} | {r['temperature']:g} | {r['requests'] - r['errors']}/{r['requests']} | "
+                     f"{r['tokens_per_s']:.2f} | {r['request_throughput']:.2f} | {_fmt(r['ttft_s'], '.0f', 1000)} | "
+                     f"{itl} | {_fmt(r['tpot_s'], '.0f', 1000)} | {_fmt(r['acceptance_rate'], '.1%')} |")
+    plots = []
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+        for t in sorted({r["temperature"] for r in records}):
+            rs = sorted((r for r in records if r["temperature"] == t), key=lambda r: r["concurrency"])
+            xs = [r["concurrency"] for r in rs]
+            a.plot(xs, [r["tokens_per_s"] for r in rs], marker="o", label=f"T={t:g}")
+            for key, style in (("itl_p50_s", "-"), ("itl_p90_s", "--")):
+                b.plot(xs, [(r[key] or 0) * 1000 for r in rs], style, marker="o", label=f"{key[4:7]} T={t:g}")
+        a.set_xlabel("concurrency")
+        a.set_ylabel("output tokens/s")
+        b.set_xlabel("concurrency")
+        b.set_ylabel("ITL per token (ms)")
+        a.legend()
+        b.legend()
+        plots.append(_save(fig, out_dir / "throughput_itl_vs_concurrency.png"))
+    except ImportError:
+        pass
+    lines += [""] + [f"![{p.stem}]({p.name})" for p in plots]
+    (out_dir / "report.md").write_text("\n".join(lines) + "\n")
