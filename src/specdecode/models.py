@@ -342,7 +342,7 @@ def list_cached() -> list[dict]:
     """What is in the cache: assembled GGUF files and converted checkpoints, with sizes."""
     root = cache_dir()
     rows = []
-    for kind, sub in (("gguf", "gguf"), ("converted", "converted")):
+    for kind, sub in (("gguf", "gguf"), ("converted", "converted"), ("int8", "int8")):
         folder = root / sub
         if not folder.is_dir():
             continue
@@ -350,7 +350,8 @@ def list_cached() -> list[dict]:
             if entry.suffix in (".verified", ".partial", ".tmp") or entry.name.endswith(".tmp"):
                 continue
             size = entry.stat().st_size if entry.is_file() else sum(f.stat().st_size for f in entry.rglob("*") if f.is_file())
-            ok = (entry.with_suffix(".verified").is_file() if kind == "gguf" else (entry / ".complete").is_file())
+            ok = {"gguf": entry.with_suffix(".verified").is_file(), "converted": (entry / ".complete").is_file(),
+                  "int8": entry.suffix == ".pt"}[kind]
             rows.append({"kind": kind, "name": entry.name, "path": str(entry), "bytes": size, "complete": ok})
     return rows
 
