@@ -9,7 +9,7 @@ The data path, top to bottom in `SpeculativeGenerator.generate`:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
