@@ -217,7 +217,7 @@ class SpeculativeGenerator:
 
         start = time.perf_counter()
         self.target.reset()
-        drafter.start(prompt_ids)
+        drafter.start(prompt_ids)  # a draft model prefills here too: part of prefill_s
         # Prefill all but the last prompt token: the loop feeds that one with the first drafts, so
         # every emitted token, the first included, goes through the same rejection step.
         if len(prompt_ids) > 1:

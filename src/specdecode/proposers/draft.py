@@ -28,9 +28,12 @@ class DraftModelProposer:
         self.stable = 0  # prefix of `cached` known to be verified context
 
     def start(self, prompt_ids: list[int]) -> None:
+        # Prefill with the target's prefill, so that a draft pass measures drafting alone.
         self.runner.reset()
-        self.cached = []
-        self.stable = 0
+        self.cached = list(prompt_ids[:-1])
+        if self.cached:
+            self.runner.forward(self.cached)
+        self.stable = len(self.cached)
 
     def propose(
         self,
