@@ -62,6 +62,15 @@ def test_speculative_rows_and_recommendation():
     assert r0["recommended_k"] == 0 and all(row["speedup"] < 1 for row in r0["speculative"])
 
 
+def test_ngram_has_no_draft_cost():
+    t = planner.shape_from_params(8e9)
+    r = planner.plan(planner.PlanInput(t, planner.shape_from_params(1e9), "bf16", device=planner.DEVICES["h100-80gb"],
+                                       acceptance=0.5, k_values=[2], proposer="ngram"))
+    (row,) = r["speculative"]
+    assert row["draft_pass_s"] == 0.0 and r["draft_bytes"] == 0.0
+    assert row["speedup"] == pytest.approx(r["plain_itl_s"] / (row["verify_pass_s"] / 1.75))
+
+
 def test_int4_counts_scales():
     assert planner.WEIGHT_BYTES["int4"] == pytest.approx(0.53125)
 

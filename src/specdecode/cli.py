@@ -465,10 +465,13 @@ def plan(
 
     target_shape = _plan_shape(target, params, "target", layers=layers, hidden=hidden, kv_heads=kv_heads,
                                head_dim=head_dim, vocab=vocab)
-    draft_shape = _plan_shape(draft, draft_params, "draft") if (draft or draft_params) else None
+    draft_shape = _plan_shape(draft, draft_params, "draft") if (draft or draft_params) and proposer != "ngram" \
+        else None
     accept = _plan_acceptance(acceptance, proposer)
+    if proposer not in ("draft", "ngram"):
+        raise InvalidParameter(f"--proposer is draft or ngram, got {proposer!r}")
     inp = planner.PlanInput(target_shape, draft_shape, dtype, draft_dtype, kv_dtype, device, max(num_gpus, 1),
-                            context, concurrency, accept, parse_list(k, int, "--k"))
+                            context, concurrency, accept, parse_list(k, int, "--k"), proposer=proposer)
     result = planner.plan(inp)
     if num_gpus == 0 and result["min_tensor_parallel"] and result["min_tensor_parallel"] > 1:
         inp.num_gpus = result["min_tensor_parallel"]

@@ -107,6 +107,7 @@ class PlanInput:
     acceptance: float = 0.7
     k_values: list[int] = field(default_factory=lambda: list(range(1, 9)))
     memory_utilization: float = 0.9  # fraction of device memory a serving engine may use
+    proposer: str = "draft"  # or "ngram": no draft model, proposals cost nothing
 
 
 def kv_bytes_per_token(shape: Shape, kv_dtype: str) -> float:
@@ -145,11 +146,14 @@ def pass_time(shape: Shape, weight_bytes: float, kv_bytes_read: float, tokens: i
 
 def plan(inp: PlanInput) -> dict:
     t, d = inp.target, inp.draft
+    if inp.proposer == "ngram":
+        d = None  # prompt lookup needs no draft model
+    speculative = inp.proposer == "ngram" or d is not None
     dev = inp.device
     w_t = t.params * WEIGHT_BYTES[inp.dtype]
     kv_tok = kv_bytes_per_token(t, inp.kv_dtype)
     kv_total = kv_tok * inp.context * inp.concurrency
-    k_max = max(inp.k_values) if d is not None else 0
+    k_max = max(inp.k_values) if speculative else 0
     draft_w = d.params * WEIGHT_BYTES[inp.draft_dtype or inp.dtype] if d else 0.0
     draft_kv_tok = kv_bytes_per_token(d, inp.kv_dtype) if d else 0.0
     draft_total = draft_w + draft_kv_tok * inp.context * inp.concurrency
@@ -173,27 +177,31 @@ def plan(inp: PlanInput) -> dict:
     kv_read = kv_tok * (inp.context / 2) * inp.concurrency
     plain = pass_time(t, w_t, kv_read, inp.concurrency, dev, use_tp)
     rows = []
-    for k in inp.k_values if d is not None else []:
+    for k in inp.k_values if speculative else []:
         verify = pass_time(t, w_t, kv_read, inp.concurrency * (k + 1), dev, use_tp)
-        dkv_read = draft_kv_tok * (inp.context / 2) * inp.concurrency
-        draft_pass = pass_time(d, draft_w, dkv_read, inp.concurrency, dev, 1)  # draft is not sharded
+        if d is not None:
+            dkv_read = draft_kv_tok * (inp.context / 2) * inp.concurrency
+            draft_s = pass_time(d, draft_w, dkv_read, inp.concurrency, dev, 1)["total_s"]  # draft is not sharded
+        else:
+            draft_s = 0.0
         a = inp.acceptance
         tokens = k + 1 if a >= 1 else (1 - a ** (k + 1)) / (1 - a)
-        step = k * draft_pass["total_s"] + verify["total_s"]
+        step = k * draft_s + verify["total_s"]
         itl = step / tokens
         rows.append({
             "k": k,
             "expected_tokens_per_pass": tokens,
-            "draft_pass_s": draft_pass["total_s"],
+            "draft_pass_s": draft_s,
             "verify_pass_s": verify["total_s"],
             "verify_bound": verify["bound"],
             "itl_s": itl,
             "speedup": plain["total_s"] / itl,
-            "leviathan_speedup": leviathan_speedup(a, k, draft_pass["total_s"] / plain["total_s"]),
+            "leviathan_speedup": leviathan_speedup(a, k, draft_s / plain["total_s"]),
         })
     best = max(rows, key=lambda r: r["speedup"]) if rows else None
     return {
         "target": asdict(t),
+        "proposer": inp.proposer,
         "draft": asdict(d) if d else None,
         "device": asdict(dev),
         "num_gpus": use_tp,
