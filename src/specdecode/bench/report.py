@@ -115,21 +115,25 @@ def write_plots(out_dir: Path, records: list[dict], runs: list[dict]) -> list[Pa
     # Speedup vs k per category, one panel per temperature.
     k_records = [r for r in records if isinstance(r["k"], int) and r["speedup_vs_plain"] is not None]
     if k_records:
-        fig, axes = plt.subplots(1, len(temps), figsize=(6 * len(temps), 4.5), squeeze=False)
+        categories = sorted({r["category"] for r in k_records}, key=lambda c: (c != "all", c))
+        # Colour = category (black for all prompts), line style = method.
+        colours = {c: ("black" if c == "all" else plt.cm.tab10(i % 10)) for i, c in enumerate(categories)}
+        styles = {"draft": "-", "ngram": "--", "hf-pld": ":"}
+        fig, axes = plt.subplots(1, len(temps), figsize=(6.5 * len(temps) + 2, 4.8), squeeze=False)
         for ax, t in zip(axes[0], temps):
             for method in sorted({r["method"] for r in k_records}):
-                for category in sorted({r["category"] for r in k_records}):
+                for category in categories:
                     pts = sorted((r["k"], r["speedup_vs_plain"]) for r in k_records
                                  if r["method"] == method and r["category"] == category and r["temperature"] == t)
                     if pts:
-                        style = "-" if method == "draft" else "--" if method == "ngram" else ":"
-                        ax.plot(*zip(*pts), style, marker="o", linewidth=2.5 if category == "all" else 1,
-                                label=f"{method} {category}")
+                        ax.plot(*zip(*pts), styles.get(method, "-."), marker="o", color=colours[category],
+                                linewidth=2.5 if category == "all" else 1.2, label=f"{method} {category}")
             ax.axhline(1.0, color="grey", linewidth=0.8)
+            ax.set_xticks(sorted({r["k"] for r in k_records}))
             ax.set_xlabel("k (drafted tokens per pass)")
             ax.set_ylabel("speedup vs plain")
             ax.set_title(f"temperature {t:g}")
-            ax.legend(fontsize=6, ncol=2)
+        axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
         paths.append(_save(fig, out_dir / "speedup_vs_k.png"))
 
     # Acceptance per position (all prompts).
