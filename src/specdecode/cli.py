@@ -448,13 +448,13 @@ def plan(
     if measure:
         if name != "cpu":
             raise InvalidParameter("--measure measures this machine: use it with --gpu cpu")
-        bandwidth = bandwidth or planner.measure_bandwidth_gbs()
+        bandwidth = bandwidth or planner.measure_bandwidth_gbs(dtype)
         peak_tflops = peak_tflops or planner.measure_matmul_tflops()
         overhead_ms = overhead_ms if overhead_ms is not None else planner.measure_layer_overhead_ms()
         import psutil
 
         memory_gb = memory_gb or psutil.virtual_memory().total / 1e9
-        err.print(f"measured: {bandwidth:.1f} GB/s read bandwidth, {peak_tflops:.3f} TFLOPS fp32 matmul, "
+        err.print(f"measured: {bandwidth:.1f} GB/s effective {dtype} weight streaming, {peak_tflops:.3f} TFLOPS fp32 matmul, "
                   f"{overhead_ms:.2f} ms per layer per pass",
                   highlight=False)
     overrides = {"bandwidth_gbs": bandwidth, "bf16_tflops": peak_tflops, "memory_gb": memory_gb,

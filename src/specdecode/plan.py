@@ -273,21 +273,42 @@ def sglang_command(target: str, draft: str | None, proposer: str, k: int, tp: in
 
 # --- measuring this machine (for --gpu cpu --measure) ---------------------------------------------
 
-def measure_bandwidth_gbs(size_bytes: int = 1 << 30, repeats: int = 5) -> float:
-    """Memory read bandwidth: the median time to sum a buffer larger than every cache."""
+def measure_bandwidth_gbs(dtype: str = "bf16", repeats: int = 10) -> float:
+    """Effective bandwidth of the kernel a decode pass spends its time in: a one-row matrix-vector
+    product streaming a weight matrix far larger than the caches, in the weight format given
+    (int8 = PyTorch's dynamically quantised linear). What the roofline needs is what that kernel
+    achieves, which on a CPU can be well below the memory's peak."""
     import statistics
     import time
+    import warnings
 
     import torch
 
-    x = torch.ones(size_bytes // 4, dtype=torch.float32)
-    x.sum()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        x.sum()
-        times.append(time.perf_counter() - t0)
-    return size_bytes / statistics.median(times) / GB
+    n = 8192
+    x = torch.randn(1, n)
+    if dtype in ("int8", "fp8", "int4"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from torch.ao.quantization import quantize_dynamic
+
+            layer = quantize_dynamic(torch.nn.Sequential(torch.nn.Linear(n, n, bias=False)), {torch.nn.Linear},
+                                     dtype=torch.qint8)
+        size = n * n
+        run = lambda: layer(x)  # noqa: E731
+    else:
+        torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+        w = torch.randn(n, n).to(torch_dtype)
+        xd = x.to(torch_dtype)
+        size = n * n * w.element_size()
+        run = lambda: torch.nn.functional.linear(xd, w)  # noqa: E731
+    with torch.inference_mode():
+        run()
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - t0)
+    return size / statistics.median(times) / GB
 
 
 def measure_matmul_tflops(n: int = 2048, repeats: int = 5) -> float:
