@@ -81,7 +81,11 @@ def load_model(path: str, dtype: str, tensor_parallel: bool = False) -> tuple[Pr
         if tensor_parallel:
             raise ValueError("int8 does not combine with tensor parallelism: use bf16 or fp32 for a sharded target")
         return _load_int8(Path(path)), tokenizer
-    extra = {"tp_plan": "auto"} if tensor_parallel else {}
+    extra = {}
+    if tensor_parallel:
+        from transformers import DistributedConfig
+
+        extra["distributed_config"] = DistributedConfig(tp_plan="auto")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), **extra)
     model.eval()
     return model, tokenizer
