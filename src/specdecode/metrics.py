@@ -46,6 +46,19 @@ def percentiles(values: Iterable[float], qs: Sequence[float] = (50, 90, 99)) -> 
     return [float(x) for x in np.percentile(data, qs)]
 
 
+def latency_summary(ttfts: Sequence[float], itls: Sequence[float], tpots: Sequence[float]) -> dict:
+    """The latency fields of a results record: median TTFT and TPOT over requests, ITL percentiles
+    over all tokens."""
+    p50, p90, p99 = percentiles(itls)
+    return {
+        "ttft_s": float(np.median(ttfts)) if len(ttfts) else None,
+        "itl_p50_s": p50,
+        "itl_p90_s": p90,
+        "itl_p99_s": p99,
+        "tpot_s": float(np.median(tpots)) if len(tpots) else None,
+    }
+
+
 def leviathan_speedup(acceptance: float, k: int, cost_ratio: float) -> float:
     """Expected speedup of speculative decoding with i.i.d. acceptance a, k drafts per pass and a
     draft that costs c target passes per token (Leviathan et al. 2023, Theorem 3.8):

@@ -17,7 +17,6 @@ import time
 from dataclasses import dataclass, field
 
 import httpx
-import numpy as np
 
 from .. import metrics
 
@@ -134,7 +133,6 @@ def summarise_level(results: list[RequestResult], wall_s: float, concurrency: in
     ttfts = [metrics.ttft(r.steps) for r in ok if r.steps]
     tpots = [metrics.tpot(r.total_s, metrics.ttft(r.steps), r.completion_tokens) for r in ok if r.steps]
     tpots = [t for t in tpots if t is not None]
-    p50, p90, p99 = metrics.percentiles(itls)
     tokens = sum(r.completion_tokens for r in ok)
     delta = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in SPEC_COUNTERS if key in after}
     drafted = delta.get("spec_decode_num_draft_tokens")
@@ -152,11 +150,7 @@ def summarise_level(results: list[RequestResult], wall_s: float, concurrency: in
         "request_throughput": len(ok) / wall_s if wall_s > 0 else 0.0,
         "tokens_per_s": tokens / wall_s if wall_s > 0 else 0.0,
         "speedup_vs_plain": None,
-        "ttft_s": float(np.median(ttfts)) if ttfts else None,
-        "itl_p50_s": p50,
-        "itl_p90_s": p90,
-        "itl_p99_s": p99,
-        "tpot_s": float(np.median(tpots)) if tpots else None,
+        **metrics.latency_summary(ttfts, itls, tpots),
         "acceptance_rate": accepted / drafted if drafted else None,
         "mean_accepted_tokens": (1 + accepted / delta["spec_decode_num_drafts"])
         if accepted is not None and delta.get("spec_decode_num_drafts") else None,

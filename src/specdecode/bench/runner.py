@@ -151,7 +151,6 @@ def _summarise(key: tuple, rs: list[dict]) -> dict:
     tokens = sum(r["new_tokens"] for r in rs)
     total = sum(r["total_s"] for r in rs)
     itls = [x for r in rs for x in r["itl_s"]]
-    p50, p90, p99 = metrics.percentiles(itls)
     drafted = sum(r["drafted_tokens"] or 0 for r in rs)
     accepted = sum(r["accepted_tokens"] or 0 for r in rs)
     passes = sum(r["target_passes"] or 0 for r in rs)
@@ -182,11 +181,7 @@ def _summarise(key: tuple, rs: list[dict]) -> dict:
         "total_s": total,
         "tokens_per_s": tokens / total if total > 0 else 0.0,
         "tokens_per_s_median": float(np.median([r["tokens_per_s"] for r in rs])),
-        "ttft_s": float(np.median(ttfts)) if ttfts else None,
-        "itl_p50_s": p50,
-        "itl_p90_s": p90,
-        "itl_p99_s": p99,
-        "tpot_s": float(np.median(tpots)) if tpots else None,
+        **metrics.latency_summary(ttfts, itls, tpots),
         "acceptance_rate": accepted / drafted if drafted else None,
         "mean_accepted_tokens": tokens / passes if passes else None,
         "per_position_acceptance": metrics.per_position(app, dpp),
