@@ -114,7 +114,7 @@ def generate(
         print(json.dumps({"text": result.text, "token_ids": result.token_ids, "stats": stats}))
     else:
         sys.stdout.write("\n")
-        err.print(summary_line(result.stats, proposer, steps), highlight=False, markup=False)
+        print(summary_line(result.stats, proposer, steps), file=sys.stderr)  # one line, never wrapped
 
 
 @app.command()
@@ -753,7 +753,7 @@ def demo(
         for name in ("none", "draft", "ngram"):
             result = plain if name == "none" else gen.generate(prompt, params, k=k, proposer=name)
             s = result.stats
-            err.print(summary_line(s, name, k), highlight=False, markup=False)
+            print(summary_line(s, name, k), file=sys.stderr)
             # In bf16/int8, batched verification and one-token decoding round differently, so
             # greedy outputs can part after a near-tie; say so rather than hide it.
             same = "yes" if result.token_ids == plain.token_ids else f"no, from token {_first_difference(result.token_ids, plain.token_ids)}"
