@@ -450,7 +450,7 @@ def plan(
             raise InvalidParameter("--measure measures this machine: use it with --gpu cpu")
         bandwidth = bandwidth or planner.measure_bandwidth_gbs(dtype)
         peak_tflops = peak_tflops or planner.measure_matmul_tflops()
-        overhead_ms = overhead_ms if overhead_ms is not None else planner.measure_layer_overhead_ms()
+        overhead_ms = overhead_ms if overhead_ms is not None else planner.measure_layer_overhead_ms(dtype)
         import psutil
 
         memory_gb = memory_gb or psutil.virtual_memory().total / 1e9

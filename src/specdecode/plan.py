@@ -329,10 +329,11 @@ def measure_matmul_tflops(n: int = 2048, repeats: int = 5) -> float:
     return 2 * n**3 / statistics.median(times) / 1e12
 
 
-def measure_layer_overhead_ms(repeats: int = 20) -> float:
+def measure_layer_overhead_ms(dtype: str = "bf16", repeats: int = 20) -> float:
     """Per-layer cost of a decode pass that is not reading weights: the Python dispatch of eager
-    PyTorch (dozens of small ops per layer). Measured as the time difference between tiny models
-    of 12 and 4 layers (weights of a few KB, so bandwidth plays no part) decoding one token."""
+    PyTorch (dozens of small ops per layer, plus quantising activations before each int8 linear).
+    Measured as the time difference between tiny models of 12 and 4 layers (weights of a few KB,
+    so bandwidth plays no part) decoding one token, in the planned weight format."""
     import statistics
     import time
 
@@ -343,6 +344,16 @@ def measure_layer_overhead_ms(repeats: int = 20) -> float:
         config = Qwen2Config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
                              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096)
         model = Qwen2ForCausalLM(config).eval()
+        if dtype in ("int8", "fp8", "int4"):
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                from torch.ao.quantization import quantize_dynamic
+
+                model = quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+        elif dtype in ("bf16", "fp16"):
+            model = model.to(torch.bfloat16 if dtype == "bf16" else torch.float16)
         cache = DynamicCache(config=config)
         times = []
         with torch.inference_mode():
