@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .rejection import Generators, rejection_sample
-from .sampling import sample_from
+from .rejection import Generators, per_row_generators, rejection_sample, sample_rows
 
 
 def naive_rejection_sample(
@@ -20,18 +19,12 @@ def naive_rejection_sample(
     generator: Generators = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     B, k = draft_tokens.shape
-    if k == 0:
-        return rejection_sample(draft_tokens, draft_probs, target_probs, generator)
     # Accept exactly as the right algorithm does, then overwrite each rejected row's token.
     tokens, num_accepted = rejection_sample(draft_tokens, draft_probs, target_probs, generator)
-    rejected = num_accepted < k
-    if bool(rejected.any()):
-        rows = torch.arange(B)[rejected]
+    rejected = (num_accepted < k).nonzero().squeeze(1)
+    if rejected.numel():
         at = num_accepted[rejected]
-        p_at = target_probs[rows, at].float()
-        gens = None if generator is None or isinstance(generator, torch.Generator) else list(generator)
-        if gens is None:
-            tokens[rows, at] = sample_from(p_at, generator)
-        else:
-            tokens[rows, at] = torch.stack([sample_from(p_at[i], gens[int(r)]) for i, r in enumerate(rows)])
+        gens = per_row_generators(generator, B)
+        row_gens = generator if gens is None else [gens[int(r)] for r in rejected]
+        tokens[rejected, at] = sample_rows(target_probs[rejected, at].float(), row_gens)
     return tokens, num_accepted

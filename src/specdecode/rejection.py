@@ -73,7 +73,7 @@ def rejection_sample(
         weights = torch.where(rejected.unsqueeze(-1), residual, p_next)
     else:
         weights = p_next
-    last = _sample(weights, generator)
+    last = sample_rows(weights, generator)
 
     tokens = torch.full((B, k + 1), -1, dtype=torch.long, device=device)
     if k > 0:
@@ -95,7 +95,8 @@ def _check_shapes(draft_tokens, draft_probs, target_probs) -> None:
         )
 
 
-def _per_row(generator: Generators, B: int) -> list | None:
+def per_row_generators(generator: Generators, B: int) -> list | None:
+    """The per-row generators, or None when one generator (or none) serves the whole batch."""
     if generator is None or isinstance(generator, torch.Generator):
         return None
     gens = list(generator)
@@ -107,14 +108,15 @@ def _per_row(generator: Generators, B: int) -> list | None:
 def _uniform(shape, generator: Generators, device) -> torch.Tensor:
     # float64: float32 uniforms come on a 2^-24 grid that includes 0, which biases acceptance of
     # tokens with tiny p/q.
-    gens = _per_row(generator, shape[0])
+    gens = per_row_generators(generator, shape[0])
     if gens is None:
         return torch.rand(shape, dtype=torch.float64, generator=generator, device=device)
     return torch.stack([torch.rand(shape[1:], dtype=torch.float64, generator=g, device=device) for g in gens])
 
 
-def _sample(weights: torch.Tensor, generator: Generators) -> torch.Tensor:
-    gens = _per_row(generator, weights.shape[0])
+def sample_rows(weights: torch.Tensor, generator: Generators) -> torch.Tensor:
+    """One token per row of weights [B, V]; with one generator per row, row b draws from its own."""
+    gens = per_row_generators(generator, weights.shape[0])
     if gens is None:
         return sample_from(weights, generator)
     return torch.stack([sample_from(weights[b], g) for b, g in enumerate(gens)])

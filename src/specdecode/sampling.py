@@ -134,6 +134,13 @@ def probs_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Ten
     return probs
 
 
+def pad_vocab(probs: torch.Tensor, width: int) -> torch.Tensor:
+    """A draft whose vocabulary is a prefix of the target's gives zero mass to the rest."""
+    if probs.shape[-1] == width:
+        return probs
+    return torch.nn.functional.pad(probs, (0, width - probs.shape[-1]))
+
+
 def sample_from(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """Sample one token per row of probs [..., V] (need not be normalised) by an exponential race.
 

@@ -20,7 +20,7 @@ from .goodness import FitResult, one_sample, two_sample
 from .naive import naive_rejection_sample
 from .proposers.ngram import lookup
 from .rejection import rejection_sample
-from .sampling import SamplingParams, probs_from_logits, sample_from
+from .sampling import SamplingParams, pad_vocab, probs_from_logits, sample_from
 
 
 @dataclass
@@ -106,9 +106,7 @@ def _propose(sampler, draft, prompt, out, pending, active, k, params, gen, propo
     for _ in range(k):
         logits, lengths = draft.forward(feed)
         last = logits[torch.arange(rows), (lengths - 1).clamp(min=0)]
-        q = probs_from_logits(last, params)
-        if q.shape[-1] < sampler.target.vocab_size:
-            q = torch.nn.functional.pad(q, (0, sampler.target.vocab_size - q.shape[-1]))
+        q = pad_vocab(probs_from_logits(last, params), sampler.target.vocab_size)
         tokens = q.argmax(-1) if params.greedy else sample_from(q, gen)
         qs.append(q)
         for b in range(rows):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..backends.base import ModelRunner
-from ..sampling import SamplingParams, probs_from_logits, sample_from
+from ..sampling import SamplingParams, pad_vocab, probs_from_logits, sample_from
 from .base import Proposal
 
 
@@ -64,18 +64,12 @@ class DraftModelProposer:
             if params.greedy:
                 token = int(logits.argmax())
             else:
-                q = self._pad(probs_from_logits(logits, params))
+                q = pad_vocab(probs_from_logits(logits, params), self.target_vocab)
                 token = int(sample_from(q, generator))
                 probs.append(q)
             tokens.append(token)
             feed = [token]
         return Proposal(tokens=tokens, probs=torch.stack(probs) if probs else None)
-
-    def _pad(self, q: torch.Tensor) -> torch.Tensor:
-        # A draft whose vocabulary is a prefix of the target's gives zero mass to the rest.
-        if q.shape[-1] == self.target_vocab:
-            return q
-        return torch.nn.functional.pad(q, (0, self.target_vocab - q.shape[-1]))
 
 
 def _common_prefix(a: list[int], b: list[int], start: int = 0) -> int:
