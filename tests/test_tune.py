@@ -44,6 +44,9 @@ def test_tune_cli_recommends_and_saves(monkeypatch, capsys, tiny_dirs, tmp_path)
     assert len(result["table"]) == 6 and result["measured_tokens_per_s"] > 0
     best = max(result["table"], key=lambda r: r["predicted_tokens_per_s"])
     assert (result["proposer"], result["k"]) == (best["proposer"], best["k"])
+    # With one category, the per-category pick is the overall pick.
+    assert list(result["per_category"]) == ["qa"]
+    assert result["per_category"]["qa"]["k"] == result["k"]
     config = load_config(str(saved))
     assert config["k"] == result["k"] and config["proposer"] == result["proposer"]
     # generate --config uses the saved choice.

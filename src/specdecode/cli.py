@@ -668,13 +668,24 @@ def tune(
         task = progress.add_task("measuring verify and draft costs", total=None)
         median_prompt = sorted(ids, key=len)[len(ids) // 2]
         costs = tuner.measure_costs(gen, median_prompt, max_width=k_max + 1)
-        accs = {}
+        runs = {}
         for name in names:
             progress.update(task, description=f"acceptance of {name} at k={k_max}", total=len(ids), completed=0)
-            accs[name] = tuner.measure_acceptance(gen, ids, name, k_max, params,
+            runs[name] = tuner.measure_acceptance(gen, ids, name, k_max, params,
                                                   progress=lambda: progress.advance(task))
+        accs = {n: tuner.acceptance_from(r, n, k_max) for n, r in runs.items()}
         predictions = [tuner.predict(costs, accs[n], kk) for n in names for kk in k_values]
         best = tuner.recommend(predictions)
+        # The same costs with each category's own acceptance: what to pick if the traffic is that kind.
+        per_category = {}
+        for cat in sorted({p.category for p in prompts}):
+            rows = [i for i, p in enumerate(prompts) if p.category == cat]
+            preds = [tuner.predict(costs, tuner.acceptance_from([runs[n][i] for i in rows], n, k_max), kk)
+                     for n in names for kk in k_values]
+            pick = tuner.recommend(preds)
+            per_category[cat] = {"proposer": pick.proposer, "k": pick.k,
+                                 "predicted_tokens_per_s": pick.predicted_tokens_per_s,
+                                 "table": [tuner.as_dict(p) for p in preds]}
         to_measure = [] if measure == "none" else predictions if measure == "all" else [best]
         plain = None
         if measure != "none":
@@ -690,7 +701,7 @@ def tune(
               "measured_tokens_per_s": best.measured_tokens_per_s, "plain_tokens_per_s": plain,
               "verify_cost_s": costs.verify_s, "draft_token_s": costs.draft_token_s,
               "acceptance": {n: a.accepted_at for n, a in accs.items()},
-              "table": [tuner.as_dict(p) for p in predictions]}
+              "table": [tuner.as_dict(p) for p in predictions], "per_category": per_category}
     if save:
         tuner.save_config(Path(save), choice)
     if as_json:
@@ -712,6 +723,9 @@ def tune(
               highlight=False)
     if plain:
         out.print(f"plain decoding: {plain:.2f} tok/s", highlight=False)
+    for cat, pick in per_category.items():
+        out.print(f"  {cat}: --proposer {pick['proposer']} --k {pick['k']} (predicted "
+                  f"{pick['predicted_tokens_per_s']:.2f} tok/s)", highlight=False)
     out.print(f"recommended: --proposer {best.proposer} --k {best.k} (predicted {best.predicted_tokens_per_s:.2f} "
               "tok/s)" + (f"; saved to {save}" if save else ""), highlight=False)
 

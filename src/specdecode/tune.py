@@ -94,21 +94,29 @@ def measure_costs(gen: SpeculativeGenerator, prompt_ids: list[int], max_width: i
 
 
 def measure_acceptance(gen: SpeculativeGenerator, prompts: list[list[int]], proposer: str, k_max: int,
-                       params: SamplingParams, progress=None) -> Acceptance:
+                       params: SamplingParams, progress=None) -> list[dict]:
+    """Run every prompt at k_max; the per-prompt stats, to be pooled by `acceptance_from`."""
+    runs = []
+    for ids in prompts:
+        runs.append(gen.generate(ids, params, k=k_max, chat=False, proposer=proposer).stats)
+        if progress:
+            progress()
+    return runs
+
+
+def acceptance_from(runs: list[dict], proposer: str, k_max: int) -> Acceptance:
+    """Pool per-prompt stats (all prompts, or one category's) into per-position acceptance."""
     accepted = np.zeros(k_max)
     drafted = np.zeros(k_max)
     passes = 0
     other = draft = 0.0
-    for ids in prompts:
-        s = gen.generate(ids, params, k=k_max, chat=False, proposer=proposer).stats
+    for s in runs:
         n = len(s["accepted_per_position"])
         accepted[:n] += s["accepted_per_position"]
         drafted[:n] += s["drafted_per_position"]
         passes += s["target_passes"]
         other += s["other_s"]
         draft += s["draft_s"]
-        if progress:
-            progress()
     passes = max(passes, 1)
     return Acceptance(proposer, k_max, (accepted / passes).tolist(), (drafted / passes).tolist(), other / passes,
                       draft / passes, passes)
