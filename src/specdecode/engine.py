@@ -201,9 +201,8 @@ class SpeculativeGenerator:
         """
         params = params or SamplingParams()
         drafter = self.get_proposer(proposer)
+        check_k(k)
         adaptive = AdaptiveK(k_max=self.auto_k_max, min_confidence=self.auto_min_confidence) if k == "auto" else None
-        if adaptive is None and (not isinstance(k, int) or isinstance(k, bool) or k < 0):
-            raise InvalidParameter(f"k must be an integer >= 0 (tokens drafted per step) or 'auto', got {k!r}")
         prompt_ids = self.encode(prompt, chat)
         limit = self.target.max_context
         if len(prompt_ids) + 1 > limit:
@@ -244,10 +243,7 @@ class SpeculativeGenerator:
 
             # Verify: the last emitted token and all drafts at their positions, in one target pass.
             logits = self.target.forward([context[-1]] + drafts, all_logits=True)
-            p = probs_from_logits(logits, params).unsqueeze(0)
-            draft_tensor = torch.tensor([drafts], dtype=torch.long)
-            tokens, num_accepted = rejection_sample(draft_tensor, q, p, generator)
-            accepted = int(num_accepted[0])
+            emitted_tokens, accepted = verify_drafts(logits, drafts, q, params, generator)
             # Commit: the cache keeps the context and the accepted drafts; the last emitted token is
             # fed with the next pass, so everything after is dropped.
             self.target.truncate(len(context) + accepted)
@@ -263,7 +259,7 @@ class SpeculativeGenerator:
                 adaptive.update(len(drafts), accepted)
 
             emitted = 0
-            for token in tokens[0, : accepted + 1].tolist():
+            for token in emitted_tokens:
                 context.append(token)
                 emitted += 1
                 done = self._emit(token, generated, text, stop_ids, params, stats)
@@ -300,6 +296,21 @@ class SpeculativeGenerator:
             stats.finish_reason = "length"
             return True
         return False
+
+
+def check_k(k) -> None:
+    if k != "auto" and (not isinstance(k, int) or isinstance(k, bool) or k < 0):
+        raise InvalidParameter(f"k must be an integer >= 0 (tokens drafted per step) or 'auto', got {k!r}")
+
+
+def verify_drafts(logits: torch.Tensor, drafts: list[int], q: torch.Tensor | None, params: SamplingParams,
+                  generator: torch.Generator | None) -> tuple[list[int], int]:
+    """One sequence's rejection step: target logits [1 + len(drafts), V] for the last emitted token
+    and each draft, q [1, len(drafts), V] or None. Returns (tokens to emit, drafts accepted)."""
+    p = probs_from_logits(logits[: len(drafts) + 1], params).unsqueeze(0)
+    tokens, num_accepted = rejection_sample(torch.tensor([drafts], dtype=torch.long), q, p, generator)
+    accepted = int(num_accepted[0])
+    return tokens[0, : accepted + 1].tolist(), accepted
 
 
 def chat_ids(tokenizer, messages: list[dict]) -> list[int]:

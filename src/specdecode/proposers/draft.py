@@ -45,7 +45,7 @@ class DraftModelProposer:
     ) -> Proposal:
         if k <= 0:
             return Proposal(tokens=[])
-        keep = _common_prefix(self.cached, context, start=min(self.stable, len(self.cached)))
+        keep = common_prefix(self.cached, context, start=min(self.stable, len(self.cached)))
         keep = min(keep, len(context) - 1)  # the last token must be fed to get the next logits
         self.runner.truncate(keep)
         del self.cached[keep:]
@@ -57,22 +57,33 @@ class DraftModelProposer:
         for _ in range(k):
             logits = self.runner.forward(feed)[-1]
             self.cached.extend(feed)
-            # Judged before sampling (see Proposer.propose): the draft's top probability at
-            # temperature 1, a function of the prefix only.
-            if min_confidence > 0 and tokens and float(torch.softmax(logits, -1).max()) < min_confidence:
+            token, q = next_draft(logits, params, generator, self.target_vocab, min_confidence if tokens else 0.0)
+            if token is None:
                 break
-            if params.greedy:
-                token = int(logits.argmax())
-            else:
-                q = pad_vocab(probs_from_logits(logits, params), self.target_vocab)
-                token = int(sample_from(q, generator))
-                probs.append(q)
             tokens.append(token)
+            if q is not None:
+                probs.append(q)
             feed = [token]
         return Proposal(tokens=tokens, probs=torch.stack(probs) if probs else None)
 
 
-def _common_prefix(a: list[int], b: list[int], start: int = 0) -> int:
+def next_draft(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None, target_vocab: int,
+               min_confidence: float = 0.0) -> tuple[int | None, torch.Tensor | None]:
+    """The next drafted token from the draft's logits [V], and the q it was drawn from (None when
+    greedy: q is then one-hot). (None, None) when the draft is too unsure to go on.
+
+    The confidence stop is judged before sampling (see Proposer.propose), on the draft's top
+    probability at temperature 1, a function of the prefix only.
+    """
+    if min_confidence > 0 and float(torch.softmax(logits, -1).max()) < min_confidence:
+        return None, None
+    if params.greedy:
+        return int(logits.argmax()), None
+    q = pad_vocab(probs_from_logits(logits, params), target_vocab)
+    return int(sample_from(q, generator)), q
+
+
+def common_prefix(a: list[int], b: list[int], start: int = 0) -> int:
     n = min(len(a), len(b))
     i = start
     while i < n and a[i] == b[i]:

@@ -1,0 +1,109 @@
+"""How far to speculate in one batched step: only as far as it pays for the whole batch.
+
+A pass over B rows that each score 1 + k tokens costs about verify(B * (1 + k)) on a CPU (and
+almost verify(B) on a GPU until the batch is compute-bound); drafting costs k draft passes over the
+draft rows. Row b emits E_b(k) = 1 + a_b + a_b^2 + ... + a_b^k tokens on average, a_b its recent
+acceptance. The step's cap on k is the one that maximises sum_b E_b(k) / cost(k); k = 0 is plain
+decoding, so under heavy load or low acceptance speculation turns itself off instead of slowing
+everyone down. Costs start from a short calibration and follow every real pass (moving average),
+so the policy adapts to the machine it runs on and to its current load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+class CostCurve:
+    """Seconds of one forward pass as a function of the tokens in it (rows x padded width)."""
+
+    def __init__(self, points: dict[int, float] | None = None, smoothing: float = 0.2):
+        self.points: dict[int, float] = dict(points or {})
+        self.smoothing = smoothing
+
+    def observe(self, tokens: int, seconds: float) -> None:
+        if tokens <= 0 or seconds <= 0:
+            return
+        old = self.points.get(tokens)
+        self.points[tokens] = seconds if old is None else (1 - self.smoothing) * old + self.smoothing * seconds
+
+    def __call__(self, tokens: float) -> float:
+        if not self.points:
+            return 0.0
+        xs = sorted(self.points)
+        ys = [self.points[x] for x in xs]
+        if tokens > xs[-1] and len(xs) > 1:  # extrapolate with the slope of the last two points
+            slope = max(0.0, (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]))
+            return ys[-1] + slope * (tokens - xs[-1])
+        return float(np.interp(tokens, xs, ys))
+
+
+@dataclass
+class RowPlan:
+    """What one row would draft this step, before the cap."""
+
+    wanted: int  # its own k for this step (after max_new_tokens and context limits)
+    acceptance: float  # recent per-draft acceptance, 0..1
+    uses_draft_model: bool
+
+
+class LoadPolicy:
+    def __init__(self, verify: CostCurve, draft: CostCurve | None = None, enabled: bool = True):
+        self.verify = verify
+        self.draft = draft or CostCurve()
+        self.enabled = enabled
+        self.last_cap: int | None = None
+
+    def cap(self, rows: list[RowPlan]) -> int:
+        """The largest k any row may draft this step (rows keep their own smaller k)."""
+        most = max((r.wanted for r in rows), default=0)
+        if not self.enabled or most == 0 or not self.verify.points:
+            self.last_cap = most
+            return most
+        best, best_rate = 0, -1.0
+        for cap in range(most + 1):
+            rate = self.expected_tokens(rows, cap) / self.step_cost(rows, cap)
+            if rate > best_rate * (1 + 1e-9):
+                best, best_rate = cap, rate
+        self.last_cap = best
+        return best
+
+    @staticmethod
+    def expected_tokens(rows: list[RowPlan], cap: int) -> float:
+        total = 0.0
+        for r in rows:
+            k = min(cap, r.wanted)
+            a = min(max(r.acceptance, 0.0), 0.999)
+            total += (1 - a ** (k + 1)) / (1 - a)
+        return total
+
+    def step_cost(self, rows: list[RowPlan], cap: int) -> float:
+        width = 1 + max(min(cap, r.wanted) for r in rows)
+        cost = self.verify(len(rows) * width)
+        drafting = [r for r in rows if r.uses_draft_model and min(cap, r.wanted) > 0]
+        if drafting:
+            cost += max(min(cap, r.wanted) for r in drafting) * self.draft(len(drafting))
+        return max(cost, 1e-9)
+
+
+class AcceptanceTracker:
+    """A row's recent acceptance: accepted drafts over drafts judged (a rejection ends a block),
+    as an exponential moving average so it follows the text as it changes."""
+
+    def __init__(self, prior: float = 0.5, weight: float = 4.0, decay: float = 0.9):
+        self.accepted = prior * weight
+        self.judged = weight
+        self.decay = decay
+
+    def update(self, drafted: int, accepted: int) -> None:
+        if drafted == 0:
+            return
+        judged = accepted + (1 if accepted < drafted else 0)
+        self.accepted = self.decay * self.accepted + accepted
+        self.judged = self.decay * self.judged + judged
+
+    @property
+    def rate(self) -> float:
+        return self.accepted / self.judged if self.judged > 0 else 0.0
