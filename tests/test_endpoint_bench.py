@@ -9,14 +9,12 @@ import asyncio
 import json
 import socket
 import sys
-import threading
-import time
 
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
+from live_server import live_server
 from specdecode import cli
 
 CHUNKS = ["a", "bcde", "f"]  # with a one-character-per-token tokenizer: 1, 4 and 1 tokens
@@ -55,19 +53,8 @@ def stub_app() -> FastAPI:
 
 @pytest.fixture
 def stub_server():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(stub_app(), host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    for _ in range(100):
-        if server.started:
-            break
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with live_server(stub_app()) as (url, _server):
+        yield url
 
 
 def test_endpoint_bench_counts_tokens_per_chunk(monkeypatch, capsys, stub_server, tiny_dirs, tmp_path):

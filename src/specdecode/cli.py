@@ -51,6 +51,15 @@ def summary_line(stats: dict, proposer: str, k: int) -> str:
     return line
 
 
+def from_config(path, target, draft, proposer, dtype, draft_dtype, k):
+    """A `tune --save` file's choices replace the flags: (target, draft, proposer, dtype, draft_dtype, k)."""
+    from .tune import load_config
+
+    saved = load_config(path)
+    return (saved.get("target", target), saved.get("draft") or draft, saved.get("proposer", proposer),
+            saved.get("dtype", dtype), saved.get("draft_dtype", draft_dtype), str(saved.get("k", k)))
+
+
 Target = typer.Option("default", "--target", help="target model: default, a directory, a .gguf file or a cached HF id")
 Draft = typer.Option("default", "--draft", help="draft model (for --proposer draft)")
 Proposer = typer.Option("draft", "--proposer", help="draft | ngram | none")
@@ -86,12 +95,8 @@ def generate(
     from .backends.hf import world_size
 
     if config:
-        from .tune import load_config
-
-        saved = load_config(config)
-        target, draft = saved.get("target", target), saved.get("draft") or draft
-        proposer, dtype = saved.get("proposer", proposer), saved.get("dtype", dtype)
-        draft_dtype, k = saved.get("draft_dtype", draft_dtype), str(saved.get("k", k))
+        target, draft, proposer, dtype, draft_dtype, k = from_config(config, target, draft, proposer, dtype,
+                                                                     draft_dtype, k)
     distributed = world_size() > 1
     if distributed and seed is None:
         seed = 0  # every rank must draw the same random numbers to make the same decisions
@@ -735,6 +740,56 @@ def SpeculativeGenerator_from(target, draft, dtype, draft_dtype):
 
     return SpeculativeGenerator.from_pretrained(target=target, draft=draft, proposer="draft" if draft else "none",
                                                dtype=dtype, draft_dtype=draft_dtype)
+
+
+@app.command()
+def serve(
+    target: str = Target,
+    draft: str = Draft,
+    proposer: str = Proposer,
+    k: str = typer.Option("4", "--k", help="default tokens drafted per step (or auto); requests may override it"),
+    dtype: str = DType,
+    draft_dtype: Optional[str] = DraftDType,
+    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(8000, "--port"),
+    max_batch: int = typer.Option(8, "--max-batch", help="requests decoded together"),
+    max_waiting: int = typer.Option(64, "--max-waiting", help="queued requests beyond which the server answers 429"),
+    load_policy: str = typer.Option("on", "--load-policy", help="on: lower k or stop speculating when it stops "
+                                                                "paying for the batch; off: always the asked k"),
+    max_tokens: int = typer.Option(256, "--max-tokens", help="default max_tokens when a request gives none"),
+    served_model_name: Optional[str] = typer.Option(None, "--served-model-name"),
+    shutdown_timeout: float = typer.Option(30.0, "--shutdown-timeout", help="seconds in-flight requests get to "
+                                                                            "finish on shutdown"),
+    config: Optional[str] = typer.Option(None, "--config", help="a `tune --save` file"),
+):
+    """OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, /v1/models, /health,
+    /metrics) with continuous batching of exact speculative decoding."""
+    try:
+        import uvicorn
+
+        from .server import create_app
+    except ImportError as exc:
+        raise InvalidParameter(f"the server needs the serve extra ({exc.name} is missing): "
+                               "pip install 'specdecode[serve]'") from None
+    from .batch_engine import BatchEngine
+    from .engine import SpeculativeGenerator
+
+    if config:
+        target, draft, proposer, dtype, draft_dtype, k = from_config(config, target, draft, proposer, dtype,
+                                                                     draft_dtype, k)
+    if load_policy not in ("on", "off"):
+        raise InvalidParameter(f"--load-policy is on or off, got {load_policy!r}")
+    if max_batch < 1 or max_waiting < 0 or max_tokens < 1:
+        raise InvalidParameter("--max-batch and --max-tokens must be >= 1 and --max-waiting >= 0")
+    steps = parse_k(k)
+    gen = SpeculativeGenerator.from_pretrained(target=target, draft=draft, proposer=proposer, dtype=dtype,
+                                               draft_dtype=draft_dtype)
+    engine = BatchEngine(gen, max_batch=max_batch, max_waiting=max_waiting, load_policy=load_policy == "on")
+    name = served_model_name or ("specdecode/" + os.path.basename(str(target).rstrip("/")))
+    app_ = create_app(engine, name, default_k=steps, default_max_tokens=max_tokens, shutdown_grace_s=shutdown_timeout)
+    err.print(f"serving {name} (target {gen.info.get('dtype')}, proposer {proposer}, k={steps}, max batch "
+              f"{max_batch}, load policy {load_policy}) on http://{host}:{port}", highlight=False)
+    uvicorn.run(app_, host=host, port=port, log_level="warning", timeout_graceful_shutdown=shutdown_timeout)
 
 
 DEMO_PROMPTS = [

@@ -1,0 +1,290 @@
+"""OpenAI-compatible HTTP server over the batched engine.
+
+One worker thread runs `BatchEngine.step()` whenever there is work; HTTP handlers (asyncio) only
+validate, queue a BatchRequest, and read what the worker hands back through an asyncio queue. A
+client that goes away cancels its request, which leaves the batch before the next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from ..batch_engine import BatchEngine, BatchRequest, QueueFull
+from ..engine import RequestError, chat_ids
+from ..sampling import InvalidParameter
+from .metrics import ServerMetrics
+from .protocol import ChatRequest, CommonRequest, CompletionRequest
+
+
+class EngineWorker:
+    """The one thread that drives the engine."""
+
+    def __init__(self, engine: BatchEngine, metrics: ServerMetrics):
+        self.engine = engine
+        self.metrics = metrics
+        self.wake = threading.Event()
+        self.stopping = False
+        self.thread = threading.Thread(target=self._run, name="specdecode-engine", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def submit(self, req: BatchRequest) -> None:
+        self.engine.submit(req)
+        self.metrics.waiting.labels(**self.metrics.labels).set(self.engine.queued)
+        self.wake.set()
+
+    def cancel(self, req: BatchRequest) -> None:
+        self.engine.cancel(req)
+        self.wake.set()
+
+    def _run(self) -> None:
+        m = self.metrics
+        while not self.stopping:
+            if self.engine.idle():
+                self.wake.wait(0.1)
+                self.wake.clear()
+                continue
+            self.engine.step()  # errors end the requests concerned, never this loop
+            m.running.labels(**m.labels).set(self.engine.running)
+            m.waiting.labels(**m.labels).set(self.engine.queued)
+            if self.engine.policy.last_cap is not None:
+                m.k_cap.labels(**m.labels).set(self.engine.policy.last_cap)
+
+    def drain(self, grace_s: float) -> None:
+        """Let running requests finish for up to grace_s, then cancel the rest and stop."""
+        deadline = time.monotonic() + grace_s
+        while not self.engine.idle() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for row in list(self.engine.rows):
+            self.engine.cancel(row.req)
+        for req in list(self.engine.waiting):
+            self.engine.cancel(req)
+        deadline = time.monotonic() + 10
+        while not self.engine.idle() and time.monotonic() < deadline:
+            self.wake.set()
+            time.sleep(0.02)
+        self.stopping = True
+        self.wake.set()
+        self.thread.join(timeout=10)
+
+
+def error_response(status: int, message: str, kind: str = "invalid_request_error", param: str | None = None):
+    return JSONResponse(status_code=status, content={"error": {"message": message, "type": kind, "param": param,
+                                                               "code": status}})
+
+
+class Rejected(Exception):
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.message, self.kind = status, message, kind
+
+
+def create_app(engine: BatchEngine, model_name: str, default_k: int | str = 4, default_max_tokens: int = 256,
+               shutdown_grace_s: float = 30.0) -> FastAPI:
+    metrics = ServerMetrics(model_name)
+    worker = EngineWorker(engine, metrics)
+    gen = engine.gen
+    state = {"draining": False}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        worker.start()
+        yield
+        state["draining"] = True
+        await asyncio.get_running_loop().run_in_executor(None, worker.drain, shutdown_grace_s)
+
+    app = FastAPI(title="specdecode", lifespan=lifespan)
+    app.state.engine, app.state.worker, app.state.metrics = engine, worker, metrics
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_body(_request: Request, exc: RequestValidationError):
+        metrics.reject("invalid")
+        problems = []
+        for e in exc.errors()[:5]:
+            where = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
+            problems.append(f"{where}: {e.get('msg')}" if where else str(e.get("msg")))
+        return error_response(400, "invalid request: " + "; ".join(problems))
+
+    @app.exception_handler(Rejected)
+    async def rejected(_request: Request, exc: Rejected):
+        metrics.reject("queue_full" if exc.status == 429 else "shutting_down" if exc.status == 503 else "invalid")
+        return error_response(exc.status, exc.message, exc.kind)
+
+    @app.get("/health")
+    async def health():
+        return {"status": "draining" if state["draining"] else "ok", "running": engine.running,
+                "waiting": engine.queued}
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": model_name, "object": "model", "created": 0,
+                                            "owned_by": "specdecode", "max_model_len": gen.target.max_context}]}
+
+    @app.get("/metrics")
+    async def prometheus():
+        return PlainTextResponse(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request):
+        prompt = body.prompt[0] if isinstance(body.prompt, list) and body.prompt and isinstance(body.prompt[0], str) \
+            else body.prompt
+        return await serve(body, request, lambda: gen.encode(prompt, chat=False), chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: ChatRequest, request: Request):
+        def encode():
+            messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+            return chat_ids(gen.tokenizer, messages)
+        return await serve(body, request, encode, chat=True)
+
+    async def serve(body: CommonRequest, request: Request, encode, chat: bool):
+        if state["draining"]:
+            raise Rejected(503, "the server is shutting down", "server_error")
+        if body.model is not None and body.model != model_name:
+            raise Rejected(404, f"the model '{body.model}' does not exist here; this server serves '{model_name}'",
+                           "not_found_error")
+        problem = body.unsupported()
+        if problem:
+            raise Rejected(400, problem)
+        try:
+            prompt_ids = encode()
+            room = gen.target.max_context - len(prompt_ids) - 1
+            wanted = body.max_completion_tokens if chat and getattr(body, "max_completion_tokens", None) else \
+                body.max_tokens
+            if wanted is not None and wanted < 1:
+                raise InvalidParameter(f"max_tokens must be >= 1, got {wanted}")
+            max_new = min(wanted or default_max_tokens, max(room, 1))
+            spec = body.speculative
+            req = BatchRequest(prompt_ids, body.sampling(max_new),
+                               k=spec.k if spec and spec.k is not None else default_k,
+                               proposer=spec.proposer if spec else None)
+            engine.check(req)
+        except (InvalidParameter, RequestError, ValueError) as exc:
+            raise Rejected(400, str(exc)) from None
+        events: asyncio.Queue = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        req.on_step = _bridge(loop, events, metrics)
+        try:
+            worker.submit(req)
+        except QueueFull as exc:
+            raise Rejected(429, str(exc), "rate_limit_error") from None
+        metrics.prompt_tokens.labels(**metrics.labels).inc(len(prompt_ids))
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+        if body.stream:
+            opts = body.stream_options
+            return StreamingResponse(_sse(req, events, request, worker, rid, model_name, chat, opts),
+                                     media_type="text/event-stream")
+        text = []
+        async for tokens, delta, done in _events(req, events, request, worker):
+            text.append(delta)
+        if req.finish_reason == "error":
+            return error_response(500, f"generation failed: {req.error}", "server_error")
+        return _full_response(req, "".join(text), rid, model_name, chat)
+
+    return app
+
+
+def _bridge(loop: asyncio.AbstractEventLoop, events: asyncio.Queue, metrics: ServerMetrics):
+    """on_step for the worker thread: book metrics, hand the step to the request's asyncio queue."""
+    seen = {"steps": 0, "last_end": 0.0}
+
+    def on_step(req: BatchRequest, tokens: list[int], delta: str) -> None:
+        for step in req.stats.steps[seen["steps"]:]:
+            metrics.step(step.drafted, step.accepted, step.emitted, step.end_s - seen["last_end"],
+                         first=seen["last_end"] == 0.0)
+            seen["last_end"] = step.end_s
+        seen["steps"] = len(req.stats.steps)
+        if req.done:
+            metrics.finish(req.finish_reason, time.perf_counter() - req.submitted_at)
+        loop.call_soon_threadsafe(events.put_nowait, (list(tokens), delta, req.done))
+
+    return on_step
+
+
+async def _events(req: BatchRequest, events: asyncio.Queue, request: Request,
+                  worker: EngineWorker) -> AsyncIterator[tuple[list[int], str, bool]]:
+    """The request's steps as they come; a client that disconnects cancels the request."""
+    try:
+        while True:
+            try:
+                item = await asyncio.wait_for(events.get(), timeout=0.5)
+            except asyncio.TimeoutError:
+                if await request.is_disconnected():
+                    worker.cancel(req)
+                    return
+                continue
+            yield item
+            if item[2]:
+                return
+    finally:
+        if not req.done:  # disconnect, cancellation of this task, or server shutdown
+            worker.cancel(req)
+
+
+async def _sse(req, events, request, worker, rid, model, chat, opts) -> AsyncIterator[str]:
+    created = int(time.time())
+    obj = "chat.completion.chunk" if chat else "text_completion"
+    include_usage = bool(opts and opts.include_usage)
+    continuous = bool(opts and opts.continuous_usage_stats)
+
+    def chunk(delta_text: str | None, finish: str | None, role: bool = False, usage: bool = False) -> str:
+        if chat:
+            delta = {"role": "assistant", "content": ""} if role else ({"content": delta_text} if delta_text else {})
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        else:
+            choice = {"index": 0, "text": delta_text or "", "logprobs": None, "finish_reason": finish}
+        event = {"id": rid, "object": obj, "created": created, "model": model, "choices": [choice]}
+        if usage:
+            event["usage"] = _usage(req)
+        return f"data: {json.dumps(event)}\n\n"
+
+    if chat:
+        yield chunk(None, None, role=True)
+    async for tokens, delta, done in _events(req, events, request, worker):
+        if req.finish_reason == "error":
+            err = {"error": {"message": f"generation failed: {req.error}", "type": "server_error", "code": 500}}
+            yield f"data: {json.dumps(err)}\n\n"
+            break
+        if delta or tokens:
+            yield chunk(delta, None, usage=continuous)
+        if done:
+            yield chunk(None, _openai_reason(req.finish_reason), usage=continuous)
+    if include_usage and req.done:
+        event = {"id": rid, "object": obj, "created": created, "model": model, "choices": [], "usage": _usage(req)}
+        yield f"data: {json.dumps(event)}\n\n"
+    yield "data: [DONE]\n\n"
+
+
+def _openai_reason(reason: str | None) -> str | None:
+    return {"stop": "stop", "length": "length", "abort": "abort", "error": "error"}.get(reason or "", reason)
+
+
+def _usage(req: BatchRequest) -> dict:
+    prompt, completion = len(req.prompt_ids), len(req.generated)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _full_response(req: BatchRequest, text: str, rid: str, model: str, chat: bool) -> dict:
+    reason = _openai_reason(req.finish_reason)
+    if chat:
+        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                  "finish_reason": reason}
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
+    s = req.stats.as_dict()
+    return {"id": rid, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
+            "model": model, "choices": [choice], "usage": _usage(req),
+            "speculative": {"drafted_tokens": s["drafted_tokens"], "accepted_tokens": s["accepted_tokens"],
+                            "target_passes": s["target_passes"], "acceptance_rate": s["acceptance_rate"]}}

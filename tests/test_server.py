@@ -1,0 +1,230 @@
+"""The OpenAI-compatible server on a real uvicorn on loopback, with tiny models."""
+
+import json
+import re
+import threading
+import time
+
+import httpx
+import pytest
+
+from live_server import live_server
+from specdecode.batch_engine import BatchEngine
+from specdecode.server import create_app
+
+MODEL = "tiny"
+
+
+def metric(base: str, name: str, **labels) -> float:
+    """The value of one sample in /metrics (0 when absent)."""
+    text = httpx.get(f"{base}/metrics").text
+    total = 0.0
+    for line in text.splitlines():
+        m = re.match(r"^([\w:]+)(\{[^}]*\})?\s+(\S+)$", line)
+        if not m or m.group(1) != name:
+            continue
+        got = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
+        if all(got.get(k) == v for k, v in labels.items()):
+            total += float(m.group(3))
+    return total
+
+
+def slow(engine: BatchEngine, seconds: float) -> BatchEngine:
+    """Make every step take a while, so that tests can catch requests in flight."""
+    step = engine.step
+
+    def slow_step():
+        time.sleep(seconds)
+        step()
+
+    engine.step = slow_step
+    return engine
+
+
+@pytest.fixture
+def server(twin_gen):
+    engine = BatchEngine(twin_gen, max_batch=4, max_waiting=8, calibrate=False)
+    with live_server(create_app(engine, MODEL, default_k=3)) as (url, _):
+        yield url, engine
+
+
+def sse_events(response) -> list[dict]:
+    events = []
+    for line in response.iter_lines():
+        if line.startswith("data: "):
+            data = line[6:]
+            events.append("[DONE]" if data == "[DONE]" else json.loads(data))
+    return events
+
+
+def test_models_health_and_plain_completion(server, tok):
+    base, engine = server
+    assert httpx.get(f"{base}/health").json()["status"] == "ok"
+    assert httpx.get(f"{base}/v1/models").json()["data"][0]["id"] == MODEL
+    body = {"model": MODEL, "prompt": "abcabc", "max_tokens": 12, "temperature": 0, "ignore_eos": True}
+    r = httpx.post(f"{base}/v1/completions", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    prompt_ids = tok("abcabc")["input_ids"]
+    assert out["object"] == "text_completion" and out["choices"][0]["finish_reason"] == "length"
+    assert out["usage"] == {"prompt_tokens": len(prompt_ids), "completion_tokens": 12,
+                            "total_tokens": len(prompt_ids) + 12}
+    from specdecode.sampling import SamplingParams
+
+    alone = engine.gen.generate(prompt_ids, SamplingParams(max_new_tokens=12, ignore_eos=True), k=3, chat=False)
+    assert out["choices"][0]["text"] == alone.text
+    assert out["speculative"]["accepted_tokens"] == out["speculative"]["drafted_tokens"] > 0  # twin draft
+
+
+def test_streaming_completion_and_metrics(server):
+    base, _ = server
+    drafts_before = metric(base, "specdecode:spec_decode_num_draft_tokens_total")
+    body = {"prompt": "hello", "max_tokens": 10, "temperature": 0, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", f"{base}/v1/completions", json=body, timeout=60) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        events = sse_events(r)
+    assert events[-1] == "[DONE]"
+    usage = events[-2]["usage"]
+    assert usage["completion_tokens"] == 10
+    chunks = [e for e in events[:-2]]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    text = "".join(c["choices"][0]["text"] for c in chunks)
+    full = httpx.post(f"{base}/v1/completions", json=body | {"stream": False}, timeout=60).json()
+    assert text == full["choices"][0]["text"]
+    # k=3 with an always-accepted draft: whole blocks arrive in one chunk.
+    assert len(chunks) < 10
+    assert metric(base, "specdecode:spec_decode_num_draft_tokens_total") > drafts_before
+    accepted = metric(base, "specdecode:spec_decode_num_accepted_tokens_total")
+    per_pos = sum(metric(base, "specdecode:spec_decode_num_accepted_tokens_per_pos_total", position=str(p))
+                  for p in range(3))
+    assert accepted == per_pos > 0
+    assert metric(base, "specdecode:request_success_total", finished_reason="length") == 2
+    assert metric(base, "specdecode:generation_tokens_total") == 20
+    assert metric(base, "specdecode:time_to_first_token_seconds_count") == 2
+    assert metric(base, "specdecode:inter_token_latency_seconds_count") == 18  # every token after the first
+
+
+def test_chat_streaming_and_not(server):
+    base, _ = server
+    body = {"model": MODEL, "messages": [{"role": "system", "content": "be brief"},
+                                         {"role": "user", "content": [{"type": "text", "text": "hi there"}]}],
+            "max_tokens": 8, "temperature": 0.7, "seed": 3, "ignore_eos": True,
+            "speculative": {"proposer": "ngram", "k": 2}}
+    full = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=60).json()
+    assert full["object"] == "chat.completion"
+    assert full["choices"][0]["message"]["role"] == "assistant"
+    assert full["usage"]["completion_tokens"] == 8
+    with httpx.stream("POST", f"{base}/v1/chat/completions", json=body | {"stream": True}, timeout=60) as r:
+        events = sse_events(r)
+    assert events[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert events[-1] == "[DONE]"
+    text = "".join(e["choices"][0]["delta"].get("content", "") for e in events[:-1] if e["choices"])
+    assert text == full["choices"][0]["message"]["content"]  # same seed, same tokens
+    assert events[-2]["choices"][0]["finish_reason"] == "length"
+
+
+@pytest.mark.parametrize("body, status, words", [
+    ("{not json", 400, "JSON"),
+    ({"prompt": "x", "temperature": -1}, 400, "temperature"),
+    ({"prompt": "x", "max_tokens": "many"}, 400, "max_tokens"),
+    ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
+    ({"prompt": "x", "n": 2}, 400, "n must be 1"),
+    ({"prompt": "x", "speculative": {"proposer": "medusa"}}, 400, "proposer"),
+    ({"prompt": "x", "speculative": {"k": -2}}, 400, "k must be"),
+    ({"prompt": "x" * 3000}, 400, "context"),
+    ({"prompt": ""}, 400, "empty"),
+    ({"prompt": [999999]}, 400, "vocabulary"),
+    ({"model": "gpt-4", "prompt": "x"}, 404, "does not exist"),
+    ({"max_tokens": 3}, 400, "prompt"),
+])
+def test_bad_requests_get_clear_4xx_and_the_server_stays_up(server, body, status, words):
+    base, _ = server
+    if isinstance(body, str):
+        r = httpx.post(f"{base}/v1/completions", content=body, headers={"content-type": "application/json"})
+    else:
+        r = httpx.post(f"{base}/v1/completions", json=body)
+    assert r.status_code == status, r.text
+    assert words.lower() in r.json()["error"]["message"].lower()
+    ok = httpx.post(f"{base}/v1/completions", json={"prompt": "ab", "max_tokens": 2}, timeout=60)
+    assert ok.status_code == 200
+
+
+def test_disconnect_mid_stream_frees_the_slot(twin_gen):
+    engine = slow(BatchEngine(twin_gen, max_batch=2, calibrate=False), 0.05)
+    with live_server(create_app(engine, MODEL)) as (base, _):
+        body = {"prompt": "abc", "max_tokens": 400, "ignore_eos": True, "stream": True}
+        with httpx.stream("POST", f"{base}/v1/completions", json=body, timeout=60) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    break  # one chunk, then hang up
+        assert metric(base, "specdecode:num_requests_running") >= 0
+        for _ in range(100):
+            if metric(base, "specdecode:request_success_total", finished_reason="abort") == 1 \
+                    and engine.running == 0:
+                break
+            time.sleep(0.05)
+        assert metric(base, "specdecode:request_success_total", finished_reason="abort") == 1
+        assert engine.running == 0 and engine.target.batch_size == 0
+        assert metric(base, "specdecode:num_requests_running") == 0
+
+
+def test_overload_gets_429_and_the_rest_complete(twin_gen):
+    engine = slow(BatchEngine(twin_gen, max_batch=1, max_waiting=1, calibrate=False), 0.02)
+    with live_server(create_app(engine, MODEL)) as (base, _):
+        results = []
+
+        def fire():
+            r = httpx.post(f"{base}/v1/completions", json={"prompt": "abc", "max_tokens": 20, "ignore_eos": True},
+                           timeout=120)
+            results.append(r)
+
+        threads = [threading.Thread(target=fire) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        codes = sorted(r.status_code for r in results)
+        assert 429 in codes and 200 in codes, codes
+        assert set(codes) <= {200, 429}
+        too_many = next(r for r in results if r.status_code == 429)
+        assert "retry later" in too_many.json()["error"]["message"]
+        assert metric(base, "specdecode:request_rejected_total", reason="queue_full") == codes.count(429)
+        assert all(r.json()["usage"]["completion_tokens"] == 20 for r in results if r.status_code == 200)
+
+
+def test_a_failing_request_does_not_affect_the_others(twin_gen, monkeypatch):
+    engine = BatchEngine(twin_gen, max_batch=4, calibrate=False)
+    real = engine.target.add_row
+
+    def add_row(prefix):
+        if 66 in prefix:
+            raise RuntimeError("simulated failure")
+        return real(prefix)
+
+    monkeypatch.setattr(engine.target, "add_row", add_row)
+    with live_server(create_app(engine, MODEL)) as (base, _):
+        bad = httpx.post(f"{base}/v1/completions", json={"prompt": [66, 66, 66], "max_tokens": 4}, timeout=60)
+        assert bad.status_code == 500 and "simulated failure" in bad.json()["error"]["message"]
+        good = httpx.post(f"{base}/v1/completions", json={"prompt": [5, 6, 7], "max_tokens": 4}, timeout=60)
+        assert good.status_code == 200
+        assert metric(base, "specdecode:request_success_total", finished_reason="error") == 1
+
+
+def test_graceful_shutdown_finishes_in_flight_requests(twin_gen):
+    engine = slow(BatchEngine(twin_gen, max_batch=2, calibrate=False), 0.02)
+    results = []
+    with live_server(create_app(engine, MODEL), timeout_graceful_shutdown=30) as (base, server):
+        def fire():
+            results.append(httpx.post(f"{base}/v1/completions", json={"prompt": "abc", "max_tokens": 30,
+                                                                      "ignore_eos": True}, timeout=60))
+
+        t = threading.Thread(target=fire)
+        t.start()
+        while engine.running == 0:
+            time.sleep(0.01)
+        server.should_exit = True  # as on SIGTERM
+        t.join(timeout=60)
+    assert results and results[0].status_code == 200
+    assert results[0].json()["usage"]["completion_tokens"] == 30
+    assert engine.idle()
