@@ -228,3 +228,16 @@ def test_graceful_shutdown_finishes_in_flight_requests(twin_gen):
     assert results and results[0].status_code == 200
     assert results[0].json()["usage"]["completion_tokens"] == 30
     assert engine.idle()
+
+
+def test_short_soak_no_failures_no_leftovers():
+    """tests/soak.py at a small size (the README reports a 3000-request run)."""
+    from soak import soak
+
+    report = soak(requests=300, concurrency=8)
+    assert report["failed"] == 0, report["failures"]
+    assert report["outcomes"].get("ok", 0) > 200
+    assert report["rows_left"] == 0 and report["cache_columns_left"] == 0
+    # A client that hangs up after its request already finished is not an abort.
+    assert 0 < report["aborted_in_metrics"] <= report["outcomes"].get("hung up", 0)
+    assert report["rss_growth_mb"] < 100, report["rss_mb"]

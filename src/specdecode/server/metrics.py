@@ -3,6 +3,7 @@ dashboards and `bench --endpoint` read them unchanged."""
 
 from __future__ import annotations
 
+import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 PREFIX = "specdecode:"
@@ -12,6 +13,7 @@ ITL_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 
 
 class ServerMetrics:
     def __init__(self, model_name: str):
+        prometheus_client.disable_created_metrics()  # as vLLM: no *_created series beside each counter
         self.registry = CollectorRegistry()
         r, m = self.registry, {"model_name": model_name}
         self.labels = m
