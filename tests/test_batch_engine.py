@@ -196,3 +196,19 @@ def test_nan_free_with_one_token_prompts(small_draft_gen):
     for r in reqs:
         assert r.generated == alone(small_draft_gen, r)
     assert torch.isfinite(engine.target.pos.float()).all()
+
+
+def test_policy_probes_now_and_then_while_speculation_is_off():
+    cpu_like = CostCurve({1: 0.10, 4: 0.40, 8: 0.80, 16: 1.60, 32: 3.2})
+    policy = LoadPolicy(cpu_like, CostCurve({1: 0.05, 8: 0.1}), probe_every=8)
+    rows = [RowPlan(4, 0.5, True) for _ in range(8)]
+    caps = [policy.cap(rows) for _ in range(16)]
+    assert caps == ([0] * 7 + [1]) * 2
+
+
+def test_new_rows_start_from_the_proposers_pooled_acceptance(small_draft_gen):
+    engine = BatchEngine(small_draft_gen, max_batch=4, load_policy=False, calibrate=False)
+    generate_batch(engine, [BatchRequest(list(p), SamplingParams(max_new_tokens=12, ignore_eos=True), k=4,
+                                         proposer="draft") for p in PROMPTS])
+    assert engine.pooled["draft"].rate < 0.3  # a random small draft is mostly rejected
+    assert engine.pooled["ngram"].rate == 0.5  # untouched prior

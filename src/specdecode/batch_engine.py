@@ -96,6 +96,9 @@ class BatchEngine:
         self.waiting: deque[BatchRequest] = deque()
         self._lock = threading.Lock()
         self.policy = LoadPolicy(CostCurve(), CostCurve(), enabled=load_policy)
+        # Acceptance of each proposer over all recent requests: a new row starts from it rather
+        # than from a guess, so a proposer that does not pay here is not tried afresh per request.
+        self.pooled = {name: AcceptanceTracker(decay=0.98) for name in gen.proposers}
         self.counters = {"steps": 0, "speculation_off_steps": 0, "admitted": 0, "finished": 0, "aborted": 0}
         if calibrate:
             self.calibrate()
@@ -208,7 +211,7 @@ class BatchEngine:
             text=None,  # set below, it needs the row for its callback
             adaptive=AdaptiveK(k_max=self.gen.auto_k_max, min_confidence=self.gen.auto_min_confidence)
             if req.k == "auto" else None,
-            acceptance=AcceptanceTracker(),
+            acceptance=AcceptanceTracker(prior=self.pooled[name].rate),
         )
         row.text = TextStream(self.gen.tokenizer, params.stop, lambda _t, delta: row.pending.append(delta))
         # Like the one-request loop: everything but the last prompt token is prefilled, the last
@@ -308,6 +311,7 @@ class BatchEngine:
         stats.accepted_tokens += accepted
         stats.record_positions(len(drafts), accepted)
         row.acceptance.update(len(drafts), accepted)
+        self.pooled[row.proposer].update(len(drafts), accepted)
         if row.adaptive:
             row.adaptive.update(len(drafts), accepted)
         done = False

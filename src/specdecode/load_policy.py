@@ -50,11 +50,16 @@ class RowPlan:
 
 
 class LoadPolicy:
-    def __init__(self, verify: CostCurve, draft: CostCurve | None = None, enabled: bool = True):
+    def __init__(self, verify: CostCurve, draft: CostCurve | None = None, enabled: bool = True,
+                 probe_every: int = 32):
         self.verify = verify
         self.draft = draft or CostCurve()
         self.enabled = enabled
         self.last_cap: int | None = None
+        # While speculation is off nothing measures acceptance; every probe_every-th such step
+        # drafts one token so that a change in the traffic is noticed.
+        self.probe_every = probe_every
+        self.off_streak = 0
 
     def cap(self, rows: list[RowPlan]) -> int:
         """The largest k any row may draft this step (rows keep their own smaller k)."""
@@ -67,6 +72,9 @@ class LoadPolicy:
             rate = self.expected_tokens(rows, cap) / self.step_cost(rows, cap)
             if rate > best_rate * (1 + 1e-9):
                 best, best_rate = cap, rate
+        self.off_streak = self.off_streak + 1 if best == 0 else 0
+        if self.probe_every and self.off_streak >= self.probe_every:
+            best, self.off_streak = 1, 0
         self.last_cap = best
         return best
 
