@@ -212,3 +212,20 @@ def test_new_rows_start_from_the_proposers_pooled_acceptance(small_draft_gen):
                                          proposer="draft") for p in PROMPTS])
     assert engine.pooled["draft"].rate < 0.3  # a random small draft is mostly rejected
     assert engine.pooled["ngram"].rate == 0.5  # untouched prior
+
+
+def test_draft_rows_join_late_and_rejoin_after_a_long_pause(small_draft_gen, monkeypatch):
+    engine = BatchEngine(small_draft_gen, max_batch=4, load_policy=False, calibrate=False)
+    caps = iter([3, 3] + [0] * 20)
+    real_cap = engine.policy.cap
+    monkeypatch.setattr(engine.policy, "cap", lambda plans: next(caps, real_cap(plans)))
+    joins = []
+    real_add = engine.draft.add_row
+    monkeypatch.setattr(engine.draft, "add_row", lambda prefix: (joins.append(len(prefix)), real_add(prefix)))
+    reqs = [BatchRequest(list(p), SamplingParams(max_new_tokens=40, ignore_eos=True), k=3, proposer="draft")
+            for p in PROMPTS[:2]]
+    generate_batch(engine, reqs)
+    for r in reqs:
+        assert r.generated == alone(small_draft_gen, r)
+    # Each row joined at its first drafting step and rejoined once after 20 steps without drafts.
+    assert len(joins) == 4 and engine.draft.batch_size == 0

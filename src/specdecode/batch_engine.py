@@ -35,6 +35,7 @@ from .sampling import SamplingParams
 from .textstream import TextStream
 
 _ids = itertools.count(1)
+REJOIN_AFTER = 16  # draft tokens a row may be behind before it is re-prefilled alone
 
 # on_step(request, tokens emitted this step, text that became final with them); after the last
 # step request.finish_reason is set (or request.error).
@@ -78,6 +79,7 @@ class _Row:
     acceptance: AcceptanceTracker
     pending: list[str] = field(default_factory=list)  # text deltas of this step
     draft_cached: list[int] = field(default_factory=list)  # tokens in the draft model's cache row
+    in_draft: bool = False  # has a row in the draft model's batch
 
 
 class BatchEngine:
@@ -219,14 +221,6 @@ class BatchEngine:
         prefix = req.prompt_ids[:-1]
         self.target.add_row(prefix)
         self.rows.append(row)
-        if name == "draft":
-            try:
-                self.draft.add_row(prefix)
-            except Exception:
-                self._remove_target_rows([len(self.rows) - 1])
-                raise
-            row.draft_cached = list(prefix)
-            self.draft_rows.append(row)
         stats.prefill_s = time.perf_counter() - start
         self.counters["admitted"] += 1
 
@@ -252,7 +246,7 @@ class BatchEngine:
         drafts: list[list[int]] = [list(d[:w]) if d is not None else [] for d, w in zip(ngram, wanted)]
         qs: list[list[torch.Tensor] | None] = [None] * len(self.rows)
         index = {id(row): b for b, row in enumerate(self.rows)}
-        if self.draft_rows and any(wanted[index[id(r)]] for r in self.draft_rows):
+        if any(w and row.proposer == "draft" for w, row in zip(wanted, self.rows)):
             self._draft_model(wanted, drafts, qs, index)
         out_q = []
         for d, q in zip(drafts, qs):
@@ -262,6 +256,7 @@ class BatchEngine:
     def _draft_model(self, wanted, drafts, qs, index) -> None:
         """All draft-model rows draft together: the first pass also catches each row up on the
         tokens it has not seen (the last accepted ones) after forgetting its rejected drafts."""
+        self._join_draft_batch(wanted, index)
         rows = self.draft_rows
         goal = [wanted[index[id(r)]] for r in rows]
         feeds: list[list[int]] = []
@@ -277,12 +272,12 @@ class BatchEngine:
             feeds.append(row.context[keep:])
         self.draft.rollback(drop)
         confidence = self.gen.auto_min_confidence
+        start, positions, drafting = time.perf_counter(), 0, sum(1 for f in feeds if f)
         for _ in range(max(goal)):
             if not any(feeds):
                 break
-            t = time.perf_counter()
+            positions += 1
             logits, lengths = self.draft.forward(feeds)
-            self.policy.draft.observe(len(feeds) * int(lengths.max()), time.perf_counter() - t)
             for i, row in enumerate(rows):
                 if not feeds[i]:
                     continue
@@ -299,6 +294,34 @@ class BatchEngine:
                     qs[b] = (qs[b] or []) + [q]
                 if len(mine) < goal[i]:
                     feeds[i] = [token]
+        if positions:
+            # What one more draft position costs the step, sampling and bookkeeping included.
+            self.policy.draft.observe(drafting, (time.perf_counter() - start) / positions)
+
+    def _join_draft_batch(self, wanted, index) -> None:
+        """A row joins the draft batch when it first drafts, so a request that never speculates
+        (the load policy said no) costs the draft model nothing. A row that fell far behind (long
+        without drafting) rejoins: its catch-up is prefilled alone instead of padding every other
+        row's draft pass to its length."""
+        for row in self.rows:
+            if row.proposer != "draft" or wanted[index[id(row)]] == 0:
+                continue
+            behind = len(row.context) - 1 - common_prefix(row.draft_cached, row.context)
+            if row.in_draft and behind <= REJOIN_AFTER:
+                continue
+            if row.in_draft:
+                self._remove_draft_rows([row])
+            self.draft.add_row(row.context[:-1])
+            row.draft_cached = list(row.context[:-1])
+            row.in_draft = True
+            self.draft_rows.append(row)
+
+    def _remove_draft_rows(self, rows: list[_Row]) -> None:
+        gone = {id(r) for r in rows}
+        self.draft.remove_rows([i for i, r in enumerate(self.draft_rows) if id(r) in gone])
+        self.draft_rows = [r for r in self.draft_rows if id(r) not in gone]
+        for r in rows:
+            r.in_draft = False
 
     def _commit(self, row: _Row, drafts: list[int], tokens: list[int], accepted: int, draft_s: float,
                 verify_s: float) -> bool:
@@ -344,10 +367,7 @@ class BatchEngine:
             return
         gone = {id(r) for r in rows}
         self._remove_target_rows([b for b, r in enumerate(self.rows) if id(r) in gone])
-        drafted = [i for i, r in enumerate(self.draft_rows) if id(r) in gone]
-        if drafted:
-            self.draft.remove_rows(drafted)
-            self.draft_rows = [r for r in self.draft_rows if id(r) not in gone]
+        self._remove_draft_rows([r for r in rows if r.in_draft])
         for row in rows:
             if reason is not None:  # cancelled: finished here rather than by its own stop rule
                 req = row.req
