@@ -18,8 +18,13 @@ run() {  # name, serve flags...
   curl -s localhost:$PORT/metrics > "$OUT/$name.metrics.txt" || true
   kill -TERM $pid; wait $pid || true
 }
-run plain --proposer none --k 0
-run ngram --proposer ngram --k 4
-run draft --proposer draft --k 4
-run draft-policy-off --proposer draft --k 4 --load-policy off
-.venv/bin/python scripts/load_table.py "$OUT" plain ngram draft draft-policy-off | tee "$OUT/table.md"
+SERVERS=${SERVERS:-plain ngram draft draft-policy-off}
+for s in $SERVERS; do
+  case $s in
+    plain) run plain --proposer none --k 0 ;;
+    ngram) run ngram --proposer ngram --k 4 ;;
+    draft) run draft --proposer draft --k 4 ;;
+    draft-policy-off) run draft-policy-off --proposer draft --k 4 --load-policy off ;;
+  esac
+done
+.venv/bin/python scripts/load_table.py "$OUT" $SERVERS | tee "$OUT/table.md"
