@@ -66,3 +66,15 @@ def test_bad_config_file(tmp_path):
         load_config(str(bad))
     with pytest.raises(ValueError, match="config file not found"):
         load_config(str(tmp_path / "none.json"))
+
+
+def test_verify_curve_is_scaled_to_what_real_passes_cost():
+    costs = Costs(verify_s={1: 0.10, 5: 0.20}, draft_token_s=0.0, lookup_s=0.0)
+    # The acceptance run drafted 4 tokens per pass (width 5) and its passes cost 0.30 s, not 0.20.
+    acc = Acceptance("ngram", 4, accepted_at=[0.5, 0.2, 0.1, 0.0], drafted_at=[1, 1, 1, 1], other_per_pass_s=0.0,
+                     verify_per_pass_s=0.30)
+    p1 = predict(costs, acc, 1)
+    assert p1.costs["verify_s"] == pytest.approx(costs.verify(2) * 1.5)
+    assert predict(costs, acc, 4).costs["verify_s"] == pytest.approx(0.30)
+    unscaled = Acceptance("ngram", 4, accepted_at=[0.5, 0.2, 0.1, 0.0], drafted_at=[1, 1, 1, 1], other_per_pass_s=0.0)
+    assert predict(costs, unscaled, 4).costs["verify_s"] == pytest.approx(0.20)

@@ -45,6 +45,7 @@ class Acceptance:
     other_per_pass_s: float  # sampling, rejection and bookkeeping per pass
     draft_per_pass_s: float = 0.0  # measured, for reports
     passes: int = 0
+    verify_per_pass_s: float = 0.0  # what the real passes of the acceptance run cost (at k_max)
 
 
 @dataclass
@@ -109,7 +110,7 @@ def acceptance_from(runs: list[dict], proposer: str, k_max: int) -> Acceptance:
     accepted = np.zeros(k_max)
     drafted = np.zeros(k_max)
     passes = 0
-    other = draft = 0.0
+    other = draft = verify = 0.0
     for s in runs:
         n = len(s["accepted_per_position"])
         accepted[:n] += s["accepted_per_position"]
@@ -117,9 +118,10 @@ def acceptance_from(runs: list[dict], proposer: str, k_max: int) -> Acceptance:
         passes += s["target_passes"]
         other += s["other_s"]
         draft += s["draft_s"]
+        verify += s["verify_s"]
     passes = max(passes, 1)
     return Acceptance(proposer, k_max, (accepted / passes).tolist(), (drafted / passes).tolist(), other / passes,
-                      draft / passes, passes)
+                      draft / passes, passes, verify / passes)
 
 
 def predict(costs: Costs, acc: Acceptance, k: int) -> Prediction:
@@ -130,10 +132,21 @@ def predict(costs: Costs, acc: Acceptance, k: int) -> Prediction:
         draft = (width - 1.0) * costs.draft_token_s
     else:
         draft = costs.lookup_s if k else 0.0
-    verify = costs.verify(width)
+    verify = costs.verify(width) * verify_scale(costs, acc)
     pass_s = draft + verify + acc.other_per_pass_s
     return Prediction(acc.proposer, k, tokens, pass_s, tokens / pass_s,
                       costs={"draft_s": draft, "verify_s": verify, "other_s": acc.other_per_pass_s})
+
+
+def verify_scale(costs: Costs, acc: Acceptance) -> float:
+    """Real passes cost more than the bare forward timed on the median prompt: contexts are longer
+    (the long-prompt categories), and sampling and the rejection step come with every pass. The
+    acceptance run's passes measured that; scale the curve so that it agrees at their width."""
+    if not acc.verify_per_pass_s:
+        return 1.0
+    width = 1.0 + sum(min(1.0, d) for d in acc.drafted_at)
+    modelled = costs.verify(width)
+    return acc.verify_per_pass_s / modelled if modelled > 0 else 1.0
 
 
 def recommend(predictions: list[Prediction]) -> Prediction:

@@ -1,0 +1,60 @@
+"""Check `tune`'s choices against a `bench` k sweep run on the same models and prompts.
+
+    python scripts/k_check.py TUNE.json BENCH_DIR/results.json
+
+Prints markdown: per category, the best fixed (proposer, k) in the bench and how fast tune's pick
+for that category ran in the same bench (ratio); over all categories, k=auto against the best
+fixed k of the same proposer; and tune's predicted tokens/s against the measured one. Speeds are
+decode tokens/s (prefill excluded, as in tune's model: the prefill is the same for every k).
+"""
+
+import json
+import sys
+
+
+def decode_rate(r: dict) -> float:
+    decode = r["total_s"] - (r.get("prefill_s") or 0.0)
+    return r["new_tokens"] / decode if decode > 0 else 0.0
+
+
+def main(tune_path: str, bench_path: str) -> None:
+    tune = json.loads(open(tune_path).read())
+    records = json.loads(open(bench_path).read())
+    by = {(r["method"], r["k"], r["category"]): r for r in records}
+    cats = sorted({r["category"] for r in records} - {"all"})
+    fixed = [(m, k) for (m, k, c) in by if c == "all" and m in ("draft", "ngram") and isinstance(k, int)]
+    print("| category | best fixed k (bench) | tok/s | tune's pick | its tok/s in the bench | ratio | plain tok/s |")
+    print("|---|---|---|---|---|---|---|")
+    for cat in cats + ["all"]:
+        best = max(fixed, key=lambda mk: decode_rate(by[(*mk, cat)]))
+        pick = tune["per_category"][cat] if cat != "all" else tune
+        mine = by.get((pick["proposer"], pick["k"], cat))
+        best_rate = decode_rate(by[(*best, cat)])
+        mine_rate = decode_rate(mine) if mine else float("nan")
+        plain = decode_rate(by[("plain", None, cat)])
+        print(f"| {cat} | {best[0]} k={best[1]} | {best_rate:.2f} | {pick['proposer']} k={pick['k']} | "
+              f"{mine_rate:.2f} | {mine_rate / best_rate:.0%} | {plain:.2f} |")
+    print()
+    print("| proposer | k=auto tok/s (all) | best fixed k | its tok/s | auto / best |")
+    print("|---|---|---|---|---|")
+    for proposer in ("draft", "ngram"):
+        auto = by.get((proposer, "auto", "all"))
+        ks = [k for m, k in fixed if m == proposer]
+        if not auto or not ks:
+            continue
+        best_k = max(ks, key=lambda k: decode_rate(by[(proposer, k, "all")]))
+        b = decode_rate(by[(proposer, best_k, "all")])
+        print(f"| {proposer} | {decode_rate(auto):.2f} | {best_k} | {b:.2f} | {decode_rate(auto) / b:.2f}x |")
+    print()
+    pred, meas = tune["predicted_tokens_per_s"], tune.get("measured_tokens_per_s")
+    rec = by.get((tune["proposer"], tune["k"], "all"))
+    line = f"tune recommends {tune['proposer']} k={tune['k']}: predicted {pred:.2f} tok/s"
+    if meas:
+        line += f", measured by tune {meas:.2f} ({pred / meas - 1:+.0%})"
+    if rec:
+        line += f", measured in the bench {decode_rate(rec):.2f} ({pred / decode_rate(rec) - 1:+.0%})"
+    print(line)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
