@@ -41,7 +41,8 @@ def test_tune_cli_recommends_and_saves(monkeypatch, capsys, tiny_dirs, tmp_path)
     result = json.loads(capsys.readouterr().out)
     for key in ("proposer", "k", "predicted_tokens_per_s", "table"):
         assert key in result
-    assert len(result["table"]) == 6 and result["measured_tokens_per_s"] > 0
+    assert len(result["table"]) == 7 and result["measured_tokens_per_s"] > 0  # plain + 2 proposers x 3 k
+    assert result["table"][0]["proposer"] == "none" and result["table"][0]["k"] == 0
     best = max(result["table"], key=lambda r: r["predicted_tokens_per_s"])
     assert (result["proposer"], result["k"]) == (best["proposer"], best["k"])
     # With one category, the per-category pick is the overall pick.
@@ -78,3 +79,14 @@ def test_verify_curve_is_scaled_to_what_real_passes_cost():
     assert predict(costs, acc, 4).costs["verify_s"] == pytest.approx(0.30)
     unscaled = Acceptance("ngram", 4, accepted_at=[0.5, 0.2, 0.1, 0.0], drafted_at=[1, 1, 1, 1], other_per_pass_s=0.0)
     assert predict(costs, unscaled, 4).costs["verify_s"] == pytest.approx(0.20)
+
+
+def test_plain_is_recommended_when_no_proposer_pays():
+    from specdecode.tune import predict_plain
+
+    costs = Costs(verify_s={1: 0.10, 2: 0.15, 3: 0.20}, draft_token_s=0.0, lookup_s=0.0)
+    rare = Acceptance("ngram", 2, accepted_at=[0.02, 0.0], drafted_at=[1, 1], other_per_pass_s=0.01)
+    preds = [predict_plain(costs, rare)] + [predict(costs, rare, k) for k in (1, 2)]
+    best = recommend(preds)
+    assert (best.proposer, best.k) == ("none", 0)
+    assert best.predicted_tokens_per_s == pytest.approx(1 / 0.11)

@@ -138,6 +138,14 @@ def predict(costs: Costs, acc: Acceptance, k: int) -> Prediction:
                       costs={"draft_s": draft, "verify_s": verify, "other_s": acc.other_per_pass_s})
 
 
+def predict_plain(costs: Costs, acc: Acceptance) -> Prediction:
+    """Plain decoding (proposer none, k=0) under the same cost model: one token per width-1 pass."""
+    verify = costs.verify(1) * verify_scale(costs, acc)
+    pass_s = verify + acc.other_per_pass_s
+    return Prediction("none", 0, 1.0, pass_s, 1.0 / pass_s,
+                      costs={"draft_s": 0.0, "verify_s": verify, "other_s": acc.other_per_pass_s})
+
+
 def verify_scale(costs: Costs, acc: Acceptance) -> float:
     """Real passes cost more than the bare forward timed on the median prompt: contexts are longer
     (the long-prompt categories), and sampling and the rejection step come with every pass. The
