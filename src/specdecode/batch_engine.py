@@ -22,7 +22,6 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
 from .adaptive import AdaptiveK
@@ -30,7 +29,6 @@ from .backends.hf_batch import BatchRunner
 from .engine import GenerationStats, RequestError, SpeculativeGenerator, StepRecord, check_k, verify_drafts
 from .load_policy import AcceptanceTracker, CostCurve, LoadPolicy, RowPlan
 from .proposers.draft import common_prefix, next_draft
-from .proposers.ngram import lookup
 from .sampling import SamplingParams
 from .textstream import TextStream
 
@@ -233,8 +231,7 @@ class BatchEngine:
             k = max(0, min(own, row.req.params.max_new_tokens - len(row.req.generated) - 1, room))
             drafts = None
             if row.proposer == "ngram":
-                p = self.gen.proposers["ngram"]
-                drafts = lookup(np.asarray(row.context, dtype=np.int64), k, p.max_n, p.min_n)
+                drafts = self.gen.proposers["ngram"].propose(row.context, k, row.req.params, row.generator).tokens
                 k = len(drafts)
             elif row.proposer == "none":
                 k = 0
@@ -327,12 +324,7 @@ class BatchEngine:
                 verify_s: float) -> bool:
         """Book one verified step for a row and emit its tokens; True when the request is finished."""
         req, stats = row.req, row.req.stats
-        stats.draft_s += draft_s
-        stats.verify_s += verify_s
-        stats.target_passes += 1
-        stats.drafted_tokens += len(drafts)
-        stats.accepted_tokens += accepted
-        stats.record_positions(len(drafts), accepted)
+        stats.record_pass(len(drafts), accepted, draft_s, verify_s)
         row.acceptance.update(len(drafts), accepted)
         self.pooled[row.proposer].update(len(drafts), accepted)
         if row.adaptive:

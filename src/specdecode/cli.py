@@ -679,17 +679,14 @@ def tune(
             runs[name] = tuner.measure_acceptance(gen, ids, name, k_max, params,
                                                   progress=lambda: progress.advance(task))
         accs = {n: tuner.acceptance_from(r, n, k_max) for n, r in runs.items()}
-        # Plain decoding is a candidate too: where no proposer pays, the advice is not to speculate.
-        predictions = [tuner.predict_plain(costs, accs[names[0]])] + \
-            [tuner.predict(costs, accs[n], kk) for n in names for kk in k_values]
+        predictions = tuner.candidates(costs, accs, k_values)
         best = tuner.recommend(predictions)
         # The same costs with each category's own acceptance: what to pick if the traffic is that kind.
         per_category = {}
         for cat in sorted({p.category for p in prompts}):
             rows = [i for i, p in enumerate(prompts) if p.category == cat]
             cat_accs = {n: tuner.acceptance_from([runs[n][i] for i in rows], n, k_max) for n in names}
-            preds = [tuner.predict_plain(costs, cat_accs[names[0]])] + \
-                [tuner.predict(costs, cat_accs[n], kk) for n in names for kk in k_values]
+            preds = tuner.candidates(costs, cat_accs, k_values)
             pick = tuner.recommend(preds)
             per_category[cat] = {"proposer": pick.proposer, "k": pick.k,
                                  "predicted_tokens_per_s": pick.predicted_tokens_per_s,

@@ -55,6 +55,15 @@ class GenerationStats:
     finish_reason: str = "length"
     steps: list[StepRecord] = field(default_factory=list)
 
+    def record_pass(self, drafted: int, accepted: int, draft_s: float, verify_s: float) -> None:
+        """One verification pass that checked `drafted` tokens and accepted `accepted`."""
+        self.draft_s += draft_s
+        self.verify_s += verify_s
+        self.target_passes += 1
+        self.drafted_tokens += drafted
+        self.accepted_tokens += accepted
+        self.record_positions(drafted, accepted)
+
     def record_positions(self, drafted: int, accepted: int) -> None:
         while len(self.drafted_per_position) < drafted:
             self.drafted_per_position.append(0)
@@ -249,12 +258,7 @@ class SpeculativeGenerator:
             self.target.truncate(len(context) + accepted)
             t2 = time.perf_counter()
 
-            stats.draft_s += t1 - t0
-            stats.verify_s += t2 - t1
-            stats.target_passes += 1
-            stats.drafted_tokens += len(drafts)
-            stats.accepted_tokens += accepted
-            stats.record_positions(len(drafts), accepted)
+            stats.record_pass(len(drafts), accepted, t1 - t0, t2 - t1)
             if adaptive:
                 adaptive.update(len(drafts), accepted)
 

@@ -146,6 +146,12 @@ def predict_plain(costs: Costs, acc: Acceptance) -> Prediction:
                       costs={"draft_s": 0.0, "verify_s": verify, "other_s": acc.other_per_pass_s})
 
 
+def candidates(costs: Costs, accs: dict[str, Acceptance], k_values: list[int]) -> list[Prediction]:
+    """Plain decoding, then every (proposer, k): where no proposer pays, the advice is not to speculate."""
+    first = next(iter(accs.values()))
+    return [predict_plain(costs, first)] + [predict(costs, acc, k) for acc in accs.values() for k in k_values]
+
+
 def verify_scale(costs: Costs, acc: Acceptance) -> float:
     """Real passes cost more than the bare forward timed on the median prompt: contexts are longer
     (the long-prompt categories), and sampling and the rejection step come with every pass. The
