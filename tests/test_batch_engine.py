@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from specdecode.batch_engine import BatchEngine, BatchRequest, QueueFull, generate_batch
-from specdecode.engine import RequestError
+from specdecode.engine import RequestError, SpeculativeGenerator
 from specdecode.load_policy import AcceptanceTracker, CostCurve, LoadPolicy, RowPlan
 from specdecode.sampling import InvalidParameter, SamplingParams
 
@@ -45,6 +45,19 @@ def test_each_request_gets_what_it_would_get_alone(small_draft_gen, max_batch):
         assert req.generated == alone(small_draft_gen, req), (req.proposer, req.k, req.params)
     assert engine.running == 0 and engine.target.batch_size == 0 and engine.draft.batch_size == 0
     assert engine.counters["finished"] == len(requests)
+
+
+def test_engine_without_a_draft_model(target_model, tok):
+    """A server started for prompt lookup or plain decoding loads no draft model; rows still leave
+    and join cleanly (a finished row used to crash the step when there was no draft batch)."""
+    gen = SpeculativeGenerator.from_models(target_model, tok, "ngram")
+    engine = BatchEngine(gen, max_batch=3, load_policy=False, calibrate=False)
+    requests = [r for r in mixed_requests() if r.proposer != "draft"]
+    generate_batch(engine, requests)
+    for req in requests:
+        assert req.finish_reason == "length", req.error
+        assert req.generated == alone(gen, req)
+    assert engine.running == 0 and engine.draft is None
 
 
 def test_rows_join_while_others_decode(twin_gen):

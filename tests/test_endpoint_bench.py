@@ -18,7 +18,7 @@ from live_server import live_server
 from specdecode import cli
 
 CHUNKS = ["a", "bcde", "f"]  # with a one-character-per-token tokenizer: 1, 4 and 1 tokens
-STATE = {"requests": 0}
+STATE = {"requests": 0, "fail_every": 0}
 
 
 def stub_app() -> FastAPI:
@@ -38,11 +38,18 @@ def stub_app() -> FastAPI:
     @app.post("/v1/chat/completions")
     async def chat(body: dict):
         STATE["requests"] += 1
+        fail = STATE["fail_every"] and STATE["requests"] % STATE["fail_every"] == 0
 
         async def events():
-            for text in CHUNKS:
+            for i, text in enumerate(CHUNKS):
                 await asyncio.sleep(0.05)
-                yield "data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": text}}]}) + "\n\n"
+                if fail and i == 1:  # as a server whose batched pass failed mid-stream reports it
+                    yield "data: " + json.dumps({"error": {"message": "generation failed: boom"}}) + "\n\n"
+                    yield "data: [DONE]\n\n"
+                    return
+                finish = "length" if i == len(CHUNKS) - 1 else None
+                yield "data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": text},
+                                                          "finish_reason": finish}]}) + "\n\n"
             yield "data: " + json.dumps({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 6}}) + "\n\n"
             yield "data: [DONE]\n\n"
 
@@ -53,6 +60,7 @@ def stub_app() -> FastAPI:
 
 @pytest.fixture
 def stub_server():
+    STATE.update(requests=0, fail_every=0)
     with live_server(stub_app()) as (url, _server):
         yield url
 
@@ -94,3 +102,18 @@ def test_endpoint_errors_are_counted_not_fatal(monkeypatch, capsys, tmp_path):
         assert not exc.code, capsys.readouterr().err
     (record,) = json.loads((tmp_path / "results.json").read_text())
     assert record["errors"] == 2 and "ConnectError" in record["error_examples"][0]
+
+
+def test_errors_inside_a_stream_are_failed_requests(monkeypatch, capsys, stub_server, tiny_dirs, tmp_path):
+    """HTTP 200 then an error event: the request failed, though the status said it started well."""
+    STATE["fail_every"] = 2
+    monkeypatch.setattr(sys, "argv", ["specdecode", "bench", "--endpoint", stub_server, "--concurrency", "1",
+                                      "--requests", "6", "--limit", "2", "--categories", "qa",
+                                      "--tokenizer", tiny_dirs["target"], "--out", str(tmp_path)])
+    try:
+        cli.main()
+    except SystemExit as exc:
+        assert not exc.code, capsys.readouterr().err
+    (record,) = json.loads((tmp_path / "results.json").read_text())
+    assert record["errors"] == 3 and "boom" in record["error_examples"][0]
+    assert record["output_tokens_mean"] == 6  # averaged over the completed requests only

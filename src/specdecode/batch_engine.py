@@ -16,6 +16,7 @@ It is driven by one thread (the server's worker); `submit` and `cancel` may be c
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 from collections import deque
@@ -31,6 +32,8 @@ from .load_policy import AcceptanceTracker, CostCurve, LoadPolicy, RowPlan
 from .proposers.draft import common_prefix, next_draft
 from .sampling import SamplingParams
 from .textstream import TextStream
+
+log = logging.getLogger(__name__)
 
 _ids = itertools.count(1)
 REJOIN_AFTER = 16  # draft tokens a row may be behind before it is re-prefilled alone
@@ -152,6 +155,8 @@ class BatchEngine:
         try:
             self._step()
         except Exception as exc:
+            # The requests in the batch get the message; the operator gets the traceback.
+            log.exception("batched step failed; ending the %d running requests", len(self.rows))
             self.fail_running(f"{type(exc).__name__}: {exc}")
 
     def _step(self) -> None:
@@ -196,6 +201,7 @@ class BatchEngine:
             try:
                 self._join(req)
             except Exception as exc:  # one bad request must not take the batch down
+                log.warning("request %s failed at admission: %s: %s", req.id, type(exc).__name__, exc)
                 req.error = f"{type(exc).__name__}: {exc}"
                 self._finish_unstarted(req, "error")
 
@@ -314,6 +320,8 @@ class BatchEngine:
             self.draft_rows.append(row)
 
     def _remove_draft_rows(self, rows: list[_Row]) -> None:
+        if not rows:  # also: no draft model loaded at all
+            return
         gone = {id(r) for r in rows}
         self.draft.remove_rows([i for i, r in enumerate(self.draft_rows) if id(r) in gone])
         self.draft_rows = [r for r in self.draft_rows if id(r) not in gone]

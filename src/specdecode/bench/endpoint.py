@@ -44,6 +44,7 @@ def count_tokens(tokenizer, text: str) -> int:
 
 async def one_request(client: httpx.AsyncClient, url: str, body: dict, tokenizer, chat: bool) -> RequestResult:
     result = RequestResult(ok=False, start=time.perf_counter())
+    finish = None
     try:
         async with client.stream("POST", url, json=body) as response:
             if response.status_code != 200:
@@ -57,16 +58,26 @@ async def one_request(client: httpx.AsyncClient, url: str, body: dict, tokenizer
                 if data == "[DONE]":
                     break
                 event = json.loads(data)
+                if event.get("error"):  # a failure reported inside the stream (status was already 200)
+                    err = event["error"]
+                    result.error = "stream error: " + (err.get("message", str(err)) if isinstance(err, dict) else str(err))
+                    result.total_s = time.perf_counter() - result.start
+                    return result
                 usage = event.get("usage")
                 if usage:
                     result.completion_tokens = int(usage.get("completion_tokens") or 0)
                     result.prompt_tokens = usage.get("prompt_tokens")
                 for choice in event.get("choices") or []:
+                    finish = choice.get("finish_reason") or finish
                     text = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
                     n = count_tokens(tokenizer, text or "")
                     if n:
                         result.steps.append((time.perf_counter() - result.start, n))
         result.total_s = time.perf_counter() - result.start
+        if finish not in ("stop", "length"):
+            # A stream that ends without saying why (or aborted) is not a completed request.
+            result.error = f"the stream ended with finish_reason {finish!r}"
+            return result
         counted = sum(n for _, n in result.steps)
         if result.completion_tokens and counted and counted != result.completion_tokens:
             # Tokenizing chunks separately miscounts at chunk borders; the server's total is exact.
