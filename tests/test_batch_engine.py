@@ -170,6 +170,26 @@ def test_policy_turns_speculation_off_when_verification_cost_grows_with_width():
     # Cheap n-gram drafts on a flat curve pay even at modest acceptance.
     assert LoadPolicy(gpu_like).cap([RowPlan(3, 0.6, False)] * 4) == 3
     assert LoadPolicy(cpu_like, enabled=False).cap(rows) == 4
+    # A near-tie stays plain: +4% expected tokens at equal cost is inside the 5% margin.
+    flat = CostCurve({1: 0.1, 64: 0.1})
+    assert LoadPolicy(flat).cap([RowPlan(1, 0.04, False)]) == 0
+    assert LoadPolicy(flat, margin=0.0).cap([RowPlan(1, 0.04, False)]) == 1
+
+
+def test_policy_learns_what_wide_multi_row_passes_really_cost():
+    """Calibrated on one row, scoring more tokens looks free; passes over 8 rows say otherwise."""
+    flat = CostCurve({1: 0.10, 8: 0.10, 16: 0.11, 32: 0.12, 64: 0.13})
+    policy = LoadPolicy(flat)
+    rows = [RowPlan(4, 0.3, False)] * 8
+    assert policy.cap(rows) > 0  # believed to pay
+    for _ in range(3):
+        policy.observe_verify(8, 1, 0.20)
+        policy.observe_verify(8, 5, 0.45)
+    assert policy.verify_seconds(8, 5) == pytest.approx(0.45)
+    assert policy.cap(rows) == 0
+    # A width not yet tried over 8 rows is scaled like the passes over 8 rows that were.
+    assert policy.verify_seconds(8, 3) > 1.5 * policy.verify(24)
+    assert policy.verify_seconds(1, 3) == policy.verify(3)  # one row: the curve as measured
 
 
 def test_acceptance_tracker_follows_recent_blocks():

@@ -29,6 +29,7 @@ from .adaptive import AdaptiveK
 from .backends.hf_batch import BatchRunner
 from .engine import GenerationStats, RequestError, SpeculativeGenerator, StepRecord, check_k, verify_drafts
 from .load_policy import AcceptanceTracker, CostCurve, LoadPolicy, RowPlan
+from .models import ModelError
 from .proposers.draft import common_prefix, next_draft
 from .sampling import SamplingParams
 from .textstream import TextStream
@@ -88,11 +89,15 @@ class BatchEngine:
                  load_policy: bool = True, calibrate: bool = True):
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        drafter = gen.proposers.get("draft")
+        for role, runner in (("target", gen.target), ("draft", drafter.runner if drafter else None)):
+            if runner is not None and not hasattr(runner, "model"):
+                raise ModelError(f"batched serving keeps one KV cache for many requests, which the {role}'s "
+                                 f"{type(runner).__name__} backend does not offer: load the {role} with hf:")
         self.gen = gen
         self.max_batch = max_batch
         self.max_waiting = max_waiting
         self.target = BatchRunner(gen.target.model)
-        drafter = gen.proposers.get("draft")
         self.draft = BatchRunner(drafter.runner.model) if drafter is not None else None
         self.rows: list[_Row] = []  # target cache rows, in order
         self.draft_rows: list[_Row] = []  # draft cache rows, in order (draft-model requests only)
@@ -175,7 +180,7 @@ class BatchEngine:
                    for b, row in enumerate(self.rows)]
         self.target.rollback([len(d) - accepted for d, (_, accepted) in zip(drafts, results)])
         t2 = time.perf_counter()
-        self.policy.verify.observe(len(feeds) * max(len(f) for f in feeds), t2 - t1)
+        self.policy.observe_verify(len(feeds), max(len(f) for f in feeds), t2 - t1)
 
         finished = []
         for row, d, (tokens, accepted) in zip(self.rows, drafts, results):

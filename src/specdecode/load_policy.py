@@ -5,8 +5,9 @@ almost verify(B) on a GPU until the batch is compute-bound); drafting costs k dr
 draft rows. Row b emits E_b(k) = 1 + a_b + a_b^2 + ... + a_b^k tokens on average, a_b its recent
 acceptance. The step's cap on k is the one that maximises sum_b E_b(k) / cost(k); k = 0 is plain
 decoding, so under heavy load or low acceptance speculation turns itself off instead of slowing
-everyone down. Costs start from a short calibration and follow every real pass (moving average),
-so the policy adapts to the machine it runs on and to its current load.
+everyone down. Costs start from a short one-row calibration and follow every real pass (moving
+averages keyed by rows and width; a width not yet seen at B rows is the one-row curve scaled by
+what B-row passes cost against it), so the policy adapts to the machine it runs on and its load.
 """
 
 from __future__ import annotations
@@ -51,9 +52,18 @@ class RowPlan:
 
 class LoadPolicy:
     def __init__(self, verify: CostCurve, draft: CostCurve | None = None, enabled: bool = True,
-                 probe_every: int = 32):
-        self.verify = verify
+                 probe_every: int = 32, smoothing: float = 0.2, margin: float = 0.05):
+        self.verify = verify  # one row, by tokens scored: the calibration refined by one-row passes
         self.draft = draft or CostCurve()
+        # A pass over B rows costs more than one row of the same number of tokens (attention over
+        # B caches, B rejection steps), so real passes are also kept by (rows, width), and the
+        # tokens curve is scaled for B by what passes over B rows really cost against it.
+        self.observed: dict[tuple[int, int], float] = {}
+        self.correction: dict[int, float] = {}
+        self.smoothing = smoothing
+        # Speculate only when the best cap beats plain decoding by this fraction: the costs are
+        # estimates, and a near-tie is not worth the risk of being slower than plain.
+        self.margin = margin
         self.enabled = enabled
         self.last_cap: int | None = None
         # While speculation is off nothing measures acceptance; every probe_every-th such step
@@ -67,8 +77,9 @@ class LoadPolicy:
         if not self.enabled or most == 0 or not self.verify.points:
             self.last_cap = most
             return most
-        best, best_rate = 0, -1.0
-        for cap in range(most + 1):
+        plain_rate = self.expected_tokens(rows, 0) / self.step_cost(rows, 0)
+        best, best_rate = 0, plain_rate * (1 + self.margin)
+        for cap in range(1, most + 1):
             rate = self.expected_tokens(rows, cap) / self.step_cost(rows, cap)
             if rate > best_rate * (1 + 1e-9):
                 best, best_rate = cap, rate
@@ -87,9 +98,32 @@ class LoadPolicy:
             total += (1 - a ** (k + 1)) / (1 - a)
         return total
 
+    def observe_verify(self, rows: int, width: int, seconds: float) -> None:
+        """Book one real batched pass (scoring and rejection) of rows x width tokens."""
+        if rows <= 0 or width <= 0 or seconds <= 0:
+            return
+        self.observed[(rows, width)] = self._ema(self.observed.get((rows, width)), seconds)
+        if rows == 1:
+            self.verify.observe(width, seconds)
+            return
+        # Against the one-row curve only: were multi-row passes booked in it too, the ratio would
+        # drift to 1 as the curve learnt them.
+        predicted = self.verify(rows * width)
+        if predicted > 0:
+            self.correction[rows] = self._ema(self.correction.get(rows), seconds / predicted)
+
+    def verify_seconds(self, rows: int, width: int) -> float:
+        seen = self.observed.get((rows, width))
+        if seen is not None:
+            return seen
+        return self.verify(rows * width) * self.correction.get(rows, 1.0)
+
+    def _ema(self, old: float | None, new: float) -> float:
+        return new if old is None else (1 - self.smoothing) * old + self.smoothing * new
+
     def step_cost(self, rows: list[RowPlan], cap: int) -> float:
         width = 1 + max(min(cap, r.wanted) for r in rows)
-        cost = self.verify(len(rows) * width)
+        cost = self.verify_seconds(len(rows), width)
         drafting = [r for r in rows if r.uses_draft_model and min(cap, r.wanted) > 0]
         if drafting:
             cost += max(min(cap, r.wanted) for r in drafting) * self.draft(len(drafting))
