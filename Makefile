@@ -11,7 +11,8 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --upgrade pip
 	# The CPU wheel of torch on this machine; a looser spec would pull a CUDA build.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[all,dev]'
+	# llama-cpp-python compiles llama.cpp (~6 min on 2 cores, once: pip caches the wheel).
+	$(PY) -m pip install -q -e '.[all,dev,llamacpp]'
 	touch $(STAMP)
 
 install: $(STAMP)

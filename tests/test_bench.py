@@ -90,7 +90,10 @@ def test_spec_bench_selection_is_balanced():
     cats = [p.category for p in prompts]
     assert len(prompts) == 12 and all(cats.count(c) == 2 for c in set(cats)) and len(set(cats)) == 6
     coding = load_workload("spec-bench", categories=["coding"])
-    assert len(coding) == 10 and {p.subcategory for p in coding} == {"coding"}
+    assert len(coding) == 10 and {p.subcategory for p in coding} == {p.category for p in coding} == {"coding"}
+    both = load_workload("spec-bench,code", categories=["coding", "code_completion"])
+    assert len(both) == 34 and {p.category for p in both} == {"coding", "code_completion"}
+    assert all("python" in p.turns[0].lower() for p in both if p.category == "code_completion")
     mt = select(load_workload("spec-bench", categories=["mt_bench"]), None, 8)
     assert len({p.subcategory for p in mt}) == 8
     with pytest.raises(WorkloadError, match="unknown categories"):

@@ -258,7 +258,7 @@ def parse_list(value: str, kind, flag: str) -> list:
 
 @app.command()
 def bench(
-    workload: str = typer.Option("spec-bench", "--workload", help="spec-bench, or a JSONL file in its format"),
+    workload: str = typer.Option("spec-bench", "--workload", help="spec-bench, code (24 Python function prompts), or a JSONL file in Spec-Bench's format; several joined by commas"),
     categories: Optional[str] = typer.Option(None, "--categories", help="comma-separated (e.g. coding,qa,mt_bench)"),
     limit: Optional[int] = typer.Option(None, "--limit", help="prompts in all, an equal number per category"),
     turns: str = typer.Option("first", "--turns", help="first | all (a conversation, each turn measured)"),
@@ -300,11 +300,11 @@ def bench(
         TimeRemainingColumn
 
     from .backends.hf import parse_dtype
-    from .bench.methods import ALL_METHODS, ENGINE_METHODS, EngineMethod, HFMethod
+    from .bench.methods import ALL_METHODS, EngineMethod, make_method
     from .bench.report import environment, write_outputs
     from .bench.runner import BenchConfig, Grid, aggregate, run_grid
     from .bench.workloads import length_sweep, load_workload
-    from .loading import build_generator, eos_ids, load_models
+    from .loading import backend_name, build_generator, load_draft, load_models
 
     if config:
         from .tune import load_config
@@ -338,7 +338,10 @@ def bench(
 
     needs_draft = any(m in ("draft", "hf-assisted") for m in method_names)
     resolved_dtype, resolved_draft = parse_dtype(dtype), parse_dtype(draft_dtype or dtype)
-    target_model, tokenizer, draft_model, draft_tok = load_models(target, draft if needs_draft else None,
+    # Several drafts (e.g. hf:default,llamacpp:default) are compared in one run: the first is
+    # `draft` (and hf-assisted's assistant), the others are methods named draft-<backend>.
+    drafts = [d.strip() for d in (draft or "").split(",") if d.strip()] if needs_draft else []
+    target_model, tokenizer, draft_model, draft_tok = load_models(target, drafts[0] if drafts else None,
                                                                   resolved_dtype, resolved_draft)
     if prompt_lengths is not None:
         prompts = length_sweep(tokenizer, parse_list(prompt_lengths, int, "--prompt-lengths"))
@@ -353,11 +356,18 @@ def bench(
             "tokens); choose other --categories or fewer --max-new-tokens")
     grid = Grid([])
     for name in method_names:
-        if name in ENGINE_METHODS:
-            grid.methods.append(EngineMethod(name, gen))
-        else:
-            grid.methods.append(HFMethod(name, target_model, tokenizer, eos_ids(target_model, tokenizer),
-                                         assistant=draft_model))
+        try:
+            grid.methods.append(make_method(name, gen, target, target_model, tokenizer, draft_model))
+        except Exception as exc:  # noqa: BLE001 - e.g. the llamacpp extra is not installed: reported below
+            grid.skipped[name] = f"{type(exc).__name__}: {exc}"
+    if "draft" in method_names:
+        for spec in drafts[1:]:
+            other, other_tok = load_draft(spec, resolved_draft, target_model, tokenizer)
+            label = f"draft-{backend_name(other)}"
+            if any(m.name == label for m in grid.methods) or label == "draft-torch":
+                label = f"draft-{len(grid.methods)}"
+            grid.methods.append(EngineMethod("draft", build_generator(target_model, tokenizer, "draft", other,
+                                                                      other_tok), label=label))
     # Warm-up: every method once on a short prompt, untimed. A method this environment cannot run
     # is reported as skipped with the reason instead of failing the whole bench.
     warm = SamplingParams(max_new_tokens=4, temperature=0.0)

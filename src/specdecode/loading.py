@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from .backends.hf import HFRunner, load_model, logit_width, parse_dtype, world_size
 from .engine import SpeculativeGenerator
-from .models import ModelError, check_vocab_compatible, resolve
+from .models import ModelError, check_vocab_compatible, resolve, split_backend
 from .proposers import PROPOSERS, DraftModelProposer, NgramProposer, NoProposer
 
 
@@ -37,9 +39,41 @@ def load_models(target: str, draft: str | None, dtype: str = "auto", draft_dtype
     target_model, tokenizer = _load(target, "target", dtype)
     if not draft:
         return target_model, tokenizer, None, None
-    draft_model, draft_tokenizer = _load(draft, "draft", draft_dtype)
-    check_vocab_compatible(tokenizer, draft_tokenizer, logit_width(target_model), logit_width(draft_model))
-    return target_model, tokenizer, draft_model, draft_tokenizer
+    return (target_model, tokenizer, *load_draft(draft, draft_dtype, target_model, tokenizer))
+
+
+def load_draft(spec: str, dtype: str, target_model, tokenizer):
+    """(draft model or runner, its tokenizer), checked against the target's vocabulary."""
+    draft_model, draft_tokenizer = _load(spec, "draft", parse_dtype(dtype))
+    check_vocab_compatible(tokenizer, draft_tokenizer, vocab_width(target_model), vocab_width(draft_model))
+    return draft_model, draft_tokenizer
+
+
+def as_runner(model):
+    """A ModelRunner: transformers models are wrapped, runners of other backends pass through."""
+    return model if hasattr(model, "truncate") else HFRunner(model)
+
+
+def vocab_width(model) -> int:
+    return model.vocab_size if hasattr(model, "truncate") else logit_width(model)
+
+
+def backend_name(model) -> str:
+    """The backend running a model or runner, as the bench reports it."""
+    return "llamacpp" if type(model).__name__ == "LlamaCppRunner" else "torch"
+
+
+def backend_of(spec: str, gguf: Path | None) -> str:
+    """hf: or llamacpp: as the spec says; unprefixed, a .gguf file given by path goes to llama.cpp
+    when it is installed (bundled names and "default" stay on transformers)."""
+    backend, name = split_backend(spec.strip())
+    if backend is not None:
+        return backend
+    if gguf is not None and name.endswith(".gguf"):
+        from .backends import llamacpp
+
+        return "llamacpp" if llamacpp.available() else "hf"
+    return "hf"
 
 
 def build_generator(
@@ -54,10 +88,10 @@ def build_generator(
     """The generator over loaded models. Every generator can also run `ngram` and `none` per
     request; `draft` is available when a draft model is given."""
     _check_proposer(proposer)
-    runner = HFRunner(target_model)
+    runner = as_runner(target_model)
     proposers = {"none": NoProposer(), "ngram": NgramProposer(max_n=ngram_max, min_n=ngram_min)}
     if draft_model is not None:
-        draft_runner = HFRunner(draft_model)
+        draft_runner = as_runner(draft_model)
         check_vocab_compatible(tokenizer, draft_tokenizer or tokenizer, runner.vocab_size, draft_runner.vocab_size)
         proposers["draft"] = DraftModelProposer(draft_runner, runner.vocab_size)
     elif proposer == "draft":
@@ -69,7 +103,7 @@ def build_generator(
 def eos_ids(model, tokenizer) -> list[int]:
     ids: set[int] = set()
     gen_cfg = getattr(model, "generation_config", None)
-    for source in (getattr(gen_cfg, "eos_token_id", None), getattr(model.config, "eos_token_id", None),
+    for source in (getattr(gen_cfg, "eos_token_id", None), getattr(getattr(model, "config", None), "eos_token_id", None),
                    getattr(tokenizer, "eos_token_id", None)):
         if source is None:
             continue
@@ -83,7 +117,18 @@ def _check_proposer(name: str) -> None:
 
 
 def _load(spec: str, role: str, dtype: str):
+    """(transformers model or llama.cpp runner, tokenizer)."""
     resolved = resolve(spec, role)
+    if backend_of(spec, resolved.gguf) == "llamacpp":
+        from transformers import AutoTokenizer
+
+        from .backends.llamacpp import LlamaCppRunner
+
+        if resolved.gguf is None:
+            raise ModelError(f"the llama.cpp backend loads GGUF files, and the {role} '{spec}' is not one: "
+                             "give a .gguf file or a bundled model name")
+        # Weights from the GGUF as they are (quantised); the tokenizer from its converted checkpoint.
+        return LlamaCppRunner.load(resolved.gguf), AutoTokenizer.from_pretrained(str(resolved.path))
     try:
         # Under torchrun the target is sharded; the (small) draft is replicated on every rank.
         return load_model(str(resolved.path), dtype, tensor_parallel=role == "target" and world_size() > 1)

@@ -12,13 +12,13 @@ import psutil
 import torch
 
 from ..engine import SpeculativeGenerator
+from ..loading import backend_name
 from ..sampling import SamplingParams
 
 ENGINE_METHODS = {"plain": "none", "draft": "draft", "ngram": "ngram"}
 HF_METHODS = ("hf", "hf-assisted", "hf-pld")
-ALL_METHODS = (*ENGINE_METHODS, *HF_METHODS)
-# Methods whose speed depends on k; the others run once per grid point with k reported as None.
-K_METHODS = ("draft", "ngram", "hf-pld")
+LLAMACPP_METHODS = ("llamacpp", "llamacpp-pld")
+ALL_METHODS = (*ENGINE_METHODS, *HF_METHODS, *LLAMACPP_METHODS)
 
 
 @dataclass
@@ -41,17 +41,24 @@ class Run:
 class Method(Protocol):
     name: str
     backend: str
+    takes_k: bool  # runs once per k value (else once, with k reported as None)
+    takes_auto: bool  # also runs k="auto" (our adaptive drafting)
 
     def run(self, prompt_ids: list[int], params: SamplingParams, k: int | None) -> Run: ...
 
 
 class EngineMethod:
-    backend = "torch"
+    takes_auto = True
 
-    def __init__(self, name: str, gen: SpeculativeGenerator):
-        self.name = name
-        self.gen = gen
+    def __init__(self, name: str, gen: SpeculativeGenerator, label: str | None = None):
         self.proposer = ENGINE_METHODS[name]
+        self.name = label or name  # e.g. draft-llamacpp when several drafts are compared
+        self.gen = gen
+        self.takes_k = self.proposer != "none"
+        # e.g. "torch" or "torch + llamacpp draft": which backend runs which model.
+        self.backend = backend_name(gen.target)
+        if self.proposer == "draft":
+            self.backend += f" + {backend_name(gen.proposers['draft'].runner)} draft"
 
     def run(self, prompt_ids, params, k) -> Run:
         with PeakMemory() as mem:
@@ -71,9 +78,11 @@ class HFMethod:
     (its heuristic number of assistant tokens); hf-pld uses prompt_lookup_num_tokens = k."""
 
     backend = "transformers"
+    takes_auto = False
 
     def __init__(self, name: str, model, tokenizer, eos_token_ids, assistant=None):
         self.name = name
+        self.takes_k = name == "hf-pld"
         self.model = model
         self.tokenizer = tokenizer
         self.eos = list(eos_token_ids)
@@ -105,6 +114,69 @@ class HFMethod:
         new = out[0, len(prompt_ids):].tolist()
         return Run(token_ids=new, total_s=total, steps=streamer.steps, peak_rss_bytes=mem.peak,
                    cuda_peak_bytes=mem.cuda_peak)
+
+
+class LlamaCppMethod:
+    """llama-cpp-python's own generation on the target's GGUF: `llamacpp` is plain decoding,
+    `llamacpp-pld` its prompt-lookup speculative decoding (LlamaPromptLookupDecoding, with
+    num_pred_tokens = k). Sampling is llama.cpp's own sampler chain with our temperature / top-k /
+    top-p / min-p; greedy at temperature 0."""
+
+    backend = "llamacpp"
+    takes_auto = False
+
+    def __init__(self, name: str, gguf, eos_token_ids):
+        from ..backends.llamacpp import load_llama
+
+        self.name = name
+        self.takes_k = name == "llamacpp-pld"
+        self.eos = set(eos_token_ids)
+        self.llm = load_llama(gguf)
+        if name == "llamacpp-pld":
+            from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+            self.llm.draft_model = LlamaPromptLookupDecoding(num_pred_tokens=4)
+            self.llm._logits_all = True  # its speculation reads the logits of every drafted position
+
+    def run(self, prompt_ids, params, k) -> Run:
+        llm = self.llm
+        if self.name == "llamacpp-pld":
+            llm.draft_model.num_pred_tokens = k
+        llm.reset()
+        if params.seed is not None:
+            llm.set_seed(params.seed)
+        tokens: list[int] = []
+        steps: list[tuple[float, int]] = []
+        with PeakMemory() as mem:
+            start = time.perf_counter()
+            for token in llm.generate(prompt_ids, temp=0.0 if params.greedy else params.temperature,
+                                      top_k=params.top_k or 0, top_p=params.top_p, min_p=params.min_p,
+                                      repeat_penalty=1.0):
+                if token in self.eos and not params.ignore_eos:
+                    break
+                tokens.append(int(token))
+                steps.append((time.perf_counter() - start, 1))
+                if len(tokens) >= params.max_new_tokens:
+                    break
+            total = time.perf_counter() - start
+        return Run(token_ids=tokens, total_s=total, steps=steps, peak_rss_bytes=mem.peak)
+
+
+def make_method(name: str, gen: SpeculativeGenerator, target_spec: str, target_model, tokenizer, draft_model):
+    """One bench method over the loaded models; raises with the reason when it cannot run here."""
+    from ..loading import eos_ids
+    from ..models import resolve
+
+    if name in ENGINE_METHODS:
+        return EngineMethod(name, gen)
+    if name in HF_METHODS:
+        if backend_name(target_model) != "torch" or (name == "hf-assisted" and backend_name(draft_model) != "torch"):
+            raise ValueError(f"{name} runs transformers' generate, which needs transformers models (hf: backend)")
+        return HFMethod(name, target_model, tokenizer, eos_ids(target_model, tokenizer), assistant=draft_model)
+    gguf = resolve(target_spec, "target").gguf
+    if gguf is None:
+        raise ValueError(f"{name} needs the target as a GGUF file; '{target_spec}' is not one")
+    return LlamaCppMethod(name, gguf, eos_ids(target_model, tokenizer))
 
 
 class TimingStreamer:

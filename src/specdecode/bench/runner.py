@@ -12,7 +12,7 @@ import numpy as np
 from .. import metrics
 from ..engine import chat_ids
 from ..sampling import SamplingParams
-from .methods import ALL_METHODS, K_METHODS, Method, Run
+from .methods import ALL_METHODS, Method, Run
 from .workloads import Prompt
 
 
@@ -35,9 +35,9 @@ class Grid:
     def points(self, k_values: list[int]) -> list[tuple[Method, int | None]]:
         out = []
         for m in self.methods:
-            if m.name in K_METHODS:
-                # k="auto" is our engine's adaptive drafting; transformers has no equivalent flag.
-                out.extend((m, k) for k in k_values if k != "auto" or m.name in ("draft", "ngram"))
+            if m.takes_k:
+                # k="auto" is our engine's adaptive drafting; the peers have no equivalent flag.
+                out.extend((m, k) for k in k_values if k != "auto" or m.takes_auto)
             else:
                 out.append((m, None))
         return out
@@ -125,7 +125,8 @@ def aggregate(runs: list[dict]) -> list[dict]:
         if r["method"] == "plain" and r["target_passes"]:
             plain_pass[(r["temperature"], r["category"])] = r["verify_s"] / r["target_passes"]
     for r in records:
-        for base, key in (("plain", "speedup_vs_plain"), ("hf", "speedup_vs_hf")):
+        for base, key in (("plain", "speedup_vs_plain"), ("hf", "speedup_vs_hf"),
+                          ("llamacpp", "speedup_vs_llamacpp")):
             ref = by_key.get((base, None, r["temperature"], r["category"]))
             r[key] = r["tokens_per_s"] / ref["tokens_per_s"] if ref and ref["tokens_per_s"] else None
         t1 = plain_pass.get((r["temperature"], r["category"]))

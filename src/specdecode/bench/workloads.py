@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from importlib import resources
@@ -24,7 +25,7 @@ class Prompt:
 
 
 def spec_bench_path() -> Path:
-    return Path(str(resources.files("specdecode") / "data" / "spec_bench_question.jsonl"))
+    return workload_path("spec-bench")
 
 
 def load_jsonl(path: Path) -> list[Prompt]:
@@ -67,7 +68,9 @@ def select(prompts: list[Prompt], categories: list[str] | None, limit: int | Non
         unknown = [c for c in categories if c not in known]
         if unknown:
             raise WorkloadError(f"unknown categories {unknown}; this workload has {sorted(known)}")
-        prompts = [p for p in prompts if p.category in categories or p.subcategory in categories]
+        # A sub-category asked for by name (e.g. MT-bench's "coding") is reported under that name.
+        prompts = [p if p.category in categories else dataclasses.replace(p, category=p.subcategory)
+                   for p in prompts if p.category in categories or p.subcategory in categories]
     groups: dict[str, list[Prompt]] = {}
     for p in prompts:
         groups.setdefault(p.category, []).append(p)
@@ -101,9 +104,22 @@ def _spread(group: list[Prompt], n: int) -> list[Prompt]:
     return out
 
 
+BUNDLED_WORKLOADS = {
+    "spec-bench": "spec_bench_question.jsonl",  # 480 prompts, 6 categories (see data/NOTICE.md)
+    "code": "code_completion.jsonl",  # 24 prompts asking to complete, write, fix or test Python functions
+}
+
+
+def workload_path(name: str) -> Path:
+    if name in BUNDLED_WORKLOADS:
+        return Path(str(resources.files("specdecode") / "data" / BUNDLED_WORKLOADS[name]))
+    return Path(name).expanduser()
+
+
 def load_workload(spec: str, categories: list[str] | None = None, limit: int | None = None) -> list[Prompt]:
-    path = spec_bench_path() if spec == "spec-bench" else Path(spec).expanduser()
-    return select(load_jsonl(path), categories, limit)
+    """spec: a bundled name (spec-bench, code) or a JSONL path, or several joined by commas."""
+    prompts = [p for part in spec.split(",") if part.strip() for p in load_jsonl(workload_path(part.strip()))]
+    return select(prompts, categories, limit)
 
 
 def length_sweep(tokenizer, lengths: list[int]) -> list[Prompt]:

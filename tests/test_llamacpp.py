@@ -1,0 +1,102 @@
+"""The llama.cpp backend (extra `llamacpp`) on the bundled GGUF files: the runner keeps the
+ModelRunner contract (logits of a block = logits one by one; rollback by position), it pairs with a
+torch target as the draft, and the bench's llama.cpp peers run.
+
+`make test` installs the extra, so these run there; without llama-cpp-python only the test of the
+error message runs.
+"""
+
+import json
+import sys
+
+import pytest
+import torch
+
+from specdecode import SamplingParams, SpeculativeGenerator
+from specdecode.backends import llamacpp
+from specdecode.models import ModelError
+
+needs_llamacpp = pytest.mark.skipif(not llamacpp.available(), reason="llama-cpp-python is not installed")
+PROMPT = "Write a Python function that returns the n-th Fibonacci number."
+
+
+def test_missing_extra_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(llamacpp, "available", lambda: False)
+    with pytest.raises(ModelError, match=r"pip install 'specdecode\[llamacpp\]'"):
+        llamacpp.load_llama("whatever.gguf")
+
+
+@pytest.fixture(scope="module")
+def draft_runner():
+    from specdecode.models import resolve
+
+    return llamacpp.LlamaCppRunner.load(resolve("default", "draft").gguf, n_ctx=1024)
+
+
+@needs_llamacpp
+@pytest.mark.realmodel
+def test_block_logits_equal_one_by_one_and_rollback_restores(draft_runner):
+    r = draft_runner
+    ids = list(range(1000, 1012))
+    r.reset()
+    block = r.forward(ids, all_logits=True)
+    assert block.shape == (12, r.vocab_size) and block.dtype == torch.float32
+    assert r.length == 12
+    r.reset()
+    r.forward(ids[:4])
+    singles = torch.stack([r.forward([t])[0] for t in ids[4:]])
+    # llama.cpp's batched and single-token kernels round differently: close, not equal (arbitrary
+    # ids make near-ties, so the argmax may flip on a few positions).
+    assert (singles - block[4:]).abs().max() < 0.5
+    assert (singles.argmax(-1) == block[4:].argmax(-1)).float().mean() >= 0.75
+    # Rolling back 5 positions and feeding other tokens gives what a cache that never saw them
+    # gives (up to the same batched-kernel rounding: the 7 kept tokens were computed in a batch of 12).
+    r.truncate(7)
+    assert r.length == 7
+    after_rollback = r.forward([5, 6, 7], all_logits=True)
+    r.reset()
+    r.forward(ids[:7])
+    fresh = r.forward([5, 6, 7], all_logits=True)
+    assert torch.equal(after_rollback.argmax(-1), fresh.argmax(-1))
+    rounding = (after_rollback - fresh).abs().max()
+    # Control: the same tokens after the 5 rejected ones (no rollback) give quite other logits.
+    r.reset()
+    r.forward(ids)
+    assert (r.forward([5, 6, 7], all_logits=True) - fresh).abs().max() > 5 * rounding
+    with pytest.raises(ValueError, match="cannot truncate"):
+        r.truncate(99)
+
+
+@needs_llamacpp
+@pytest.mark.realmodel
+def test_llamacpp_draft_for_a_torch_target_is_exact_greedy():
+    """Greedy speculative decoding with the llama.cpp draft emits the target's own greedy tokens."""
+    gen = SpeculativeGenerator.from_pretrained(target="default", draft="llamacpp:default", proposer="draft",
+                                               dtype="float32")
+    assert type(gen.proposers["draft"].runner).__name__ == "LlamaCppRunner"
+    params = SamplingParams(max_new_tokens=24)
+    spec = gen.generate(PROMPT, params, k=4, proposer="draft")
+    plain = gen.generate(PROMPT, params, k=0, proposer="none")
+    assert spec.token_ids == plain.token_ids
+    assert spec.stats["acceptance_rate"] > 0.3  # the same family of models agrees on such a prompt
+
+
+@needs_llamacpp
+@pytest.mark.realmodel
+def test_bench_lists_llamacpp_peers_and_backends(monkeypatch, capsys, tmp_path):
+    from specdecode import cli
+
+    monkeypatch.setattr(sys, "argv", [
+        "specdecode", "bench", "--target", "llamacpp:default", "--methods", "plain,ngram,llamacpp,llamacpp-pld,hf",
+        "--k", "3", "--limit", "1", "--categories", "coding", "--max-new-tokens", "12", "--out", str(tmp_path)])
+    try:
+        cli.main()
+    except SystemExit as exc:
+        assert not exc.code, capsys.readouterr().err
+    records = json.loads((tmp_path / "results.json").read_text())
+    rows = {r["method"]: r for r in records if r["category"] == "all"}
+    assert {"plain", "ngram", "llamacpp", "llamacpp-pld"} <= set(rows)
+    assert rows["plain"]["backend"] == "llamacpp" and rows["llamacpp-pld"]["backend"] == "llamacpp"
+    assert all(r["output_tokens_mean"] > 0 and r["tokens_per_s"] > 0 for r in rows.values())
+    assert rows["ngram"]["speedup_vs_llamacpp"] is not None
+    assert "hf" not in rows and "transformers" in capsys.readouterr().err  # skipped, with the reason
