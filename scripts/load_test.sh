@@ -13,7 +13,7 @@ run() {  # name, serve flags...
   local pid=$!
   for _ in $(seq 600); do curl -sf localhost:$PORT/health > /dev/null && break; sleep 1; done
   $SD bench --endpoint http://127.0.0.1:$PORT --concurrency 1,2,4,8 --requests "$REQUESTS" \
-      --max-new-tokens "$MAX_TOKENS" --temperature 0 --limit 12 --tokenizer default --out "$OUT/$name" \
+      --max-new-tokens "$MAX_TOKENS" --temperature 0 --limit 12 --tokenizer default --ignore-eos --out "$OUT/$name" \
       > "$OUT/$name.bench.log" 2>&1 || true
   curl -s localhost:$PORT/metrics > "$OUT/$name.metrics.txt" || true
   kill -TERM $pid; wait $pid || true

@@ -38,6 +38,7 @@ def stub_app() -> FastAPI:
     @app.post("/v1/chat/completions")
     async def chat(body: dict):
         STATE["requests"] += 1
+        STATE["last_body"] = body
         fail = STATE["fail_every"] and STATE["requests"] % STATE["fail_every"] == 0
 
         async def events():
@@ -58,6 +59,16 @@ def stub_app() -> FastAPI:
     return app
 
 
+def bench(monkeypatch, capsys, out, *args) -> list[dict]:
+    """Run `specdecode bench ARGS --out OUT` in-process; the records of results.json."""
+    monkeypatch.setattr(sys, "argv", ["specdecode", "bench", *args, "--out", str(out)])
+    try:
+        cli.main()
+    except SystemExit as exc:
+        assert not exc.code, capsys.readouterr().err
+    return json.loads((out / "results.json").read_text())
+
+
 @pytest.fixture
 def stub_server():
     STATE.update(requests=0, fail_every=0)
@@ -67,14 +78,8 @@ def stub_server():
 
 def test_endpoint_bench_counts_tokens_per_chunk(monkeypatch, capsys, stub_server, tiny_dirs, tmp_path):
     out = tmp_path / "out"
-    monkeypatch.setattr(sys, "argv", ["specdecode", "bench", "--endpoint", stub_server, "--concurrency", "1,4",
-                                      "--requests", "8", "--limit", "4", "--categories", "qa",
-                                      "--tokenizer", tiny_dirs["target"], "--out", str(out)])
-    try:
-        cli.main()
-    except SystemExit as exc:
-        assert not exc.code, capsys.readouterr().err
-    records = json.loads((out / "results.json").read_text())
+    records = bench(monkeypatch, capsys, out, "--endpoint", stub_server, "--concurrency", "1,4", "--requests", "8",
+                    "--limit", "4", "--categories", "qa", "--tokenizer", tiny_dirs["target"])
     assert [r["concurrency"] for r in records] == [1, 4]
     for r in records:
         assert r["errors"] == 0 and r["requests"] == 8
@@ -94,26 +99,16 @@ def test_endpoint_errors_are_counted_not_fatal(monkeypatch, capsys, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # nothing listens here once the socket closes
-    monkeypatch.setattr(sys, "argv", ["specdecode", "bench", "--endpoint", f"http://127.0.0.1:{port}",
-                                      "--model", "m", "--requests", "2", "--limit", "1", "--out", str(tmp_path)])
-    try:
-        cli.main()
-    except SystemExit as exc:
-        assert not exc.code, capsys.readouterr().err
-    (record,) = json.loads((tmp_path / "results.json").read_text())
+    (record,) = bench(monkeypatch, capsys, tmp_path, "--endpoint", f"http://127.0.0.1:{port}", "--model", "m",
+                      "--requests", "2", "--limit", "1")
     assert record["errors"] == 2 and "ConnectError" in record["error_examples"][0]
 
 
 def test_errors_inside_a_stream_are_failed_requests(monkeypatch, capsys, stub_server, tiny_dirs, tmp_path):
     """HTTP 200 then an error event: the request failed, though the status said it started well."""
     STATE["fail_every"] = 2
-    monkeypatch.setattr(sys, "argv", ["specdecode", "bench", "--endpoint", stub_server, "--concurrency", "1",
-                                      "--requests", "6", "--limit", "2", "--categories", "qa",
-                                      "--tokenizer", tiny_dirs["target"], "--out", str(tmp_path)])
-    try:
-        cli.main()
-    except SystemExit as exc:
-        assert not exc.code, capsys.readouterr().err
-    (record,) = json.loads((tmp_path / "results.json").read_text())
+    (record,) = bench(monkeypatch, capsys, tmp_path, "--endpoint", stub_server, "--concurrency", "1", "--requests",
+                      "6", "--limit", "2", "--categories", "qa", "--tokenizer", tiny_dirs["target"], "--ignore-eos")
     assert record["errors"] == 3 and "boom" in record["error_examples"][0]
     assert record["output_tokens_mean"] == 6  # averaged over the completed requests only
+    assert STATE["last_body"]["ignore_eos"] is True  # --ignore-eos: equal work for every server

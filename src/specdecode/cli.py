@@ -288,12 +288,15 @@ def bench(
     api: str = typer.Option("chat", "--api", help="with --endpoint: chat | completions"),
     tokenizer_spec: Optional[str] = typer.Option(None, "--tokenizer", help="with --endpoint: a model spec whose "
                                                                            "tokenizer counts tokens per chunk"),
+    ignore_eos: bool = typer.Option(False, "--ignore-eos", help="generate exactly --max-new-tokens per prompt "
+                                    "(with --endpoint: ignore_eos in each request, as vLLM's benchmark does), so "
+                                    "methods and servers are compared on equal work"),
 ):
     """Benchmark plain decoding, our proposers and transformers' peers side by side, or (--endpoint)
     a running OpenAI-compatible server under load."""
     if endpoint:
         return bench_endpoint(endpoint, workload, categories, limit, concurrency, requests, request_rate,
-                              max_new_tokens, temperature, model, api, tokenizer_spec, seed, out_dir)
+                              max_new_tokens, temperature, model, api, tokenizer_spec, seed, out_dir, ignore_eos)
     from pathlib import Path
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
@@ -331,7 +334,7 @@ def bench(
         raise InvalidParameter("--repeats must be >= 1")
     for t in temps:
         SamplingParams(temperature=t)  # validates
-    config = BenchConfig(k_values, temps, max_new_tokens, repeats, seed, turns)
+    config = BenchConfig(k_values, temps, max_new_tokens, repeats, seed, turns, ignore_eos=ignore_eos)
     SamplingParams(max_new_tokens=max_new_tokens)
     if prompt_lengths is None:
         prompts = load_workload(workload, parse_list(categories, str, "--categories") if categories else None, limit)
@@ -588,7 +591,7 @@ def print_plan(r: dict) -> None:
 
 
 def bench_endpoint(endpoint, workload, categories, limit, concurrency, requests, request_rate, max_new_tokens,
-                   temperature, model, api, tokenizer_spec, seed, out_dir) -> None:
+                   temperature, model, api, tokenizer_spec, seed, out_dir, ignore_eos=False) -> None:
     from pathlib import Path
 
     from .bench.endpoint import run_endpoint_bench
@@ -619,13 +622,14 @@ def bench_endpoint(endpoint, workload, categories, limit, concurrency, requests,
     records, raw = [], []
     for t in temps:
         r, w = run_endpoint_bench(endpoint, prompts, levels, requests, request_rate, max_new_tokens, t, tokenizer,
-                                  api == "chat", model, seed=seed,
+                                  api == "chat", model, seed=seed, extra_body={"ignore_eos": True} if ignore_eos else None,
                                   progress=lambda c: err.print(f"concurrency {c} done", highlight=False))
         records += r
         raw += w
     write_endpoint_outputs(Path(out_dir), records, raw, {"endpoint": endpoint, "concurrency": levels,
                                                          "requests_per_level": requests, "request_rate": request_rate,
                                                          "max_new_tokens": max_new_tokens, "api": api,
+                                                         "ignore_eos": ignore_eos,
                                                          "prompts": len(prompts)})
     table = Table("concurrency", "T", "ok/requests", "tok/s", "req/s", "TTFT ms", "ITL p50/p90/p99 ms", "TPOT ms",
                   "acceptance")

@@ -93,7 +93,7 @@ async def one_request(client: httpx.AsyncClient, url: str, body: dict, tokenizer
 
 async def run_level(base: str, model: str, prompts: list[str], concurrency: int, requests: int, rate: float | None,
                     max_tokens: int, temperature: float, tokenizer, chat: bool, timeout: float,
-                    seed: int) -> tuple[list[RequestResult], float]:
+                    seed: int, extra_body: dict | None = None) -> tuple[list[RequestResult], float]:
     url = f"{base}/v1/chat/completions" if chat else f"{base}/v1/completions"
     rng = random.Random(seed)
     sem = asyncio.Semaphore(concurrency)
@@ -104,6 +104,7 @@ async def run_level(base: str, model: str, prompts: list[str], concurrency: int,
             body = {"model": model, "max_tokens": max_tokens, "temperature": temperature, "stream": True,
                     "stream_options": {"include_usage": True}}
             body |= {"messages": [{"role": "user", "content": prompt}]} if chat else {"prompt": prompt}
+            body |= extra_body or {}
             async with sem:
                 return await one_request(client, url, body, tokenizer, chat)
 
@@ -174,7 +175,8 @@ def summarise_level(results: list[RequestResult], wall_s: float, concurrency: in
 
 def run_endpoint_bench(base: str, prompts: list[str], levels: list[int], requests: int, rate: float | None,
                        max_tokens: int, temperature: float, tokenizer, chat: bool, model: str | None,
-                       timeout: float = 600.0, seed: int = 0, progress=None) -> tuple[list[dict], list[dict]]:
+                       timeout: float = 600.0, seed: int = 0, progress=None,
+                       extra_body: dict | None = None) -> tuple[list[dict], list[dict]]:
     base = base.rstrip("/")
     if base.endswith("/v1"):
         base = base[:-3]
@@ -188,7 +190,7 @@ def run_endpoint_bench(base: str, prompts: list[str], levels: list[int], request
     for level in levels:
         before = scrape_counters(base)
         results, wall = asyncio.run(run_level(base, model, prompts, level, requests, rate, max_tokens, temperature,
-                                              tokenizer, chat, timeout, seed))
+                                              tokenizer, chat, timeout, seed, extra_body))
         after = scrape_counters(base)
         records.append(summarise_level(results, wall, level, before, after, temperature))
         raw.extend({"concurrency": level, "ok": r.ok, "error": r.error, "total_s": r.total_s, "steps": r.steps,

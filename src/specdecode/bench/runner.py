@@ -25,6 +25,7 @@ class BenchConfig:
     seed: int = 0
     turns: str = "first"  # or "all"
     concurrency: int = 1  # offline bench is sequential; kept in the schema for served load tests
+    ignore_eos: bool = False  # every run generates exactly max_new_tokens
 
 
 @dataclass
@@ -57,7 +58,7 @@ def run_grid(
         for prompt in prompts:
             for temperature in config.temperatures:
                 params = SamplingParams(max_new_tokens=config.max_new_tokens, temperature=temperature,
-                                        seed=config.seed + repeat)
+                                        seed=config.seed + repeat, ignore_eos=config.ignore_eos)
                 history: list[dict] = []
                 turns = prompt.turns if config.turns == "all" else prompt.turns[:1]
                 for turn_index, turn in enumerate(turns):
