@@ -67,6 +67,30 @@ def test_block_logits_equal_one_by_one_and_rollback_restores(draft_runner):
         r.truncate(99)
 
 
+def test_unknown_quantisation_is_a_clear_error():
+    with pytest.raises(ModelError, match="unknown llama.cpp quantisation 'q3_x'"):
+        llamacpp.split_quant("default@q3_x")
+    assert llamacpp.split_quant("default") == ("default", None)
+    assert llamacpp.split_quant("/m/model.gguf@Q4_0") == ("/m/model.gguf", "q4_0")
+
+
+@needs_llamacpp
+@pytest.mark.realmodel
+def test_requantised_draft_is_smaller_and_still_agrees(draft_runner):
+    """llamacpp:default@q4_0: requantised once by llama.cpp (cached), fewer bytes per token."""
+    from specdecode.loading import load_models
+
+    _, _, runner, _ = load_models("default", "llamacpp:default@q4_0", "int8")
+    assert runner.gguf.name.endswith("@q4_0.gguf")
+    assert runner.gguf.stat().st_size < 0.8 * draft_runner.gguf.stat().st_size
+    ids = list(range(1000, 1012))
+    runner.reset()
+    draft_runner.reset()
+    a, b = runner.forward(ids, all_logits=True), draft_runner.forward(ids, all_logits=True)
+    # Same model at another precision: mostly the same top token.
+    assert (a.argmax(-1) == b.argmax(-1)).float().mean() >= 0.5
+
+
 @needs_llamacpp
 @pytest.mark.realmodel
 def test_llamacpp_draft_for_a_torch_target_is_exact_greedy():

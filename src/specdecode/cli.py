@@ -367,6 +367,8 @@ def bench(
         for spec in drafts[1:]:
             other, other_tok = load_draft(spec, resolved_draft, target_model, tokenizer)
             label = f"draft-{backend_name(other)}"
+            if "@" in spec:  # a requantised llama.cpp draft: draft-llamacpp-q4_0
+                label += "-" + spec.rpartition("@")[2].lower()
             if any(m.name == label for m in grid.methods) or label == "draft-torch":
                 label = f"draft-{len(grid.methods)}"
             grid.methods.append(EngineMethod("draft", build_generator(target_model, tokenizer, "draft", other,

@@ -111,6 +111,22 @@ def eos_ids(model, tokenizer) -> list[int]:
     return sorted(ids)
 
 
+def _load_llamacpp(spec: str, role: str):
+    """llamacpp:MODEL[@QUANT]: the GGUF as it is (or requantised once by llama.cpp), with the
+    tokenizer of its converted checkpoint."""
+    from transformers import AutoTokenizer
+
+    from .backends.llamacpp import LlamaCppRunner, requantized, split_quant
+
+    name, quant = split_quant(split_backend(spec.strip())[1])
+    resolved = resolve(name, role)
+    if resolved.gguf is None:
+        raise ModelError(f"the llama.cpp backend loads GGUF files, and the {role} '{spec}' is not one: "
+                         "give a .gguf file or a bundled model name")
+    gguf = requantized(resolved.gguf, quant) if quant else resolved.gguf
+    return LlamaCppRunner.load(gguf), AutoTokenizer.from_pretrained(str(resolved.path))
+
+
 def _check_proposer(name: str) -> None:
     if name not in PROPOSERS:
         raise ModelError(f"unknown proposer '{name}': choose one of {', '.join(PROPOSERS)}")
@@ -118,17 +134,11 @@ def _check_proposer(name: str) -> None:
 
 def _load(spec: str, role: str, dtype: str):
     """(transformers model or llama.cpp runner, tokenizer)."""
+    if split_backend(spec.strip())[0] == "llamacpp":
+        return _load_llamacpp(spec, role)
     resolved = resolve(spec, role)
     if backend_of(spec, resolved.gguf) == "llamacpp":
-        from transformers import AutoTokenizer
-
-        from .backends.llamacpp import LlamaCppRunner
-
-        if resolved.gguf is None:
-            raise ModelError(f"the llama.cpp backend loads GGUF files, and the {role} '{spec}' is not one: "
-                             "give a .gguf file or a bundled model name")
-        # Weights from the GGUF as they are (quantised); the tokenizer from its converted checkpoint.
-        return LlamaCppRunner.load(resolved.gguf), AutoTokenizer.from_pretrained(str(resolved.path))
+        return _load_llamacpp(spec, role)
     try:
         # Under torchrun the target is sharded; the (small) draft is replicated on every rank.
         return load_model(str(resolved.path), dtype, tensor_parallel=role == "target" and world_size() > 1)

@@ -173,7 +173,8 @@ def make_method(name: str, gen: SpeculativeGenerator, target_spec: str, target_m
         if backend_name(target_model) != "torch" or (name == "hf-assisted" and backend_name(draft_model) != "torch"):
             raise ValueError(f"{name} runs transformers' generate, which needs transformers models (hf: backend)")
         return HFMethod(name, target_model, tokenizer, eos_ids(target_model, tokenizer), assistant=draft_model)
-    gguf = resolve(target_spec, "target").gguf
+    # The same file our llama.cpp target runs (requantised or not), else the target's source GGUF.
+    gguf = target_model.gguf if backend_name(target_model) == "llamacpp" else resolve(target_spec, "target").gguf
     if gguf is None:
         raise ValueError(f"{name} needs the target as a GGUF file; '{target_spec}' is not one")
     return LlamaCppMethod(name, gguf, eos_ids(target_model, tokenizer))
