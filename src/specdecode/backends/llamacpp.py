@@ -53,8 +53,8 @@ def split_quant(name: str) -> tuple[str, str | None]:
 
 
 def requantized(gguf: Path, quant: str) -> Path:
-    """The GGUF requantised to `quant` by llama.cpp's own quantiser (every tensor, the output
-    projection included), once; cached beside the original."""
+    """The GGUF requantised to `quant` by llama.cpp's own quantiser (its rules: the layers' matrices
+    take `quant`, the output projection keeps a higher precision), once; cached beside the original."""
     require()
     import llama_cpp
 
