@@ -113,11 +113,13 @@ def test_llamacpp_draft_for_a_torch_target_is_exact_greedy():
 @needs_llamacpp
 @pytest.mark.realmodel
 def test_bench_lists_llamacpp_peers_and_backends(monkeypatch, capsys, tmp_path):
+    """A 600-token prompt: longer than llama.cpp's batch of 512, where the prompt-lookup peer once
+    overflowed its logits array."""
     from specdecode import cli
 
     monkeypatch.setattr(sys, "argv", [
         "specdecode", "bench", "--target", "llamacpp:default", "--methods", "plain,ngram,llamacpp,llamacpp-pld,hf",
-        "--k", "3", "--limit", "1", "--categories", "coding", "--max-new-tokens", "12", "--out", str(tmp_path)])
+        "--k", "3", "--prompt-lengths", "600", "--max-new-tokens", "12", "--out", str(tmp_path)])
     try:
         cli.main()
     except SystemExit as exc:

@@ -81,8 +81,10 @@ def default_threads() -> int:
     return int(os.environ.get("SPECDECODE_LLAMACPP_THREADS") or len(os.sched_getaffinity(0)))
 
 
-def load_llama(path: str | Path, n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512):
-    """A llama_cpp.Llama over a GGUF file, quiet, with logits only where asked for."""
+def load_llama(path: str | Path, n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512,
+               logits_all: bool = False):
+    """A llama_cpp.Llama over a GGUF file, quiet, with logits only where asked for (logits_all: for
+    llama-cpp-python's own speculative generation, which keeps n_ctx rows of logits)."""
     require()
     from llama_cpp import Llama
 
@@ -92,7 +94,7 @@ def load_llama(path: str | Path, n_ctx: int = 4096, n_threads: int | None = None
     threads = n_threads or default_threads()
     try:
         return Llama(model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch, n_threads=threads,
-                     n_threads_batch=threads, logits_all=False, verbose=False)
+                     n_threads_batch=threads, logits_all=logits_all, verbose=False)
     except (ValueError, RuntimeError) as exc:
         raise ModelError(f"llama.cpp could not load {path}: {exc}") from exc
 

@@ -131,12 +131,13 @@ class LlamaCppMethod:
         self.name = name
         self.takes_k = name == "llamacpp-pld"
         self.eos = set(eos_token_ids)
-        self.llm = load_llama(gguf)
+        # Its speculative generation reads the logits of every position, so it needs logits_all
+        # from the start (the logits array is sized by it; prompts past n_batch overflowed it).
+        self.llm = load_llama(gguf, logits_all=name == "llamacpp-pld")
         if name == "llamacpp-pld":
             from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
             self.llm.draft_model = LlamaPromptLookupDecoding(num_pred_tokens=4)
-            self.llm._logits_all = True  # its speculation reads the logits of every drafted position
 
     def run(self, prompt_ids, params, k) -> Run:
         llm = self.llm
