@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from .backends.hf import HFRunner, load_model, logit_width, parse_dtype, world_size
 from .engine import SpeculativeGenerator
 from .models import ModelError, check_vocab_compatible, resolve, split_backend
@@ -63,13 +61,13 @@ def backend_name(model) -> str:
     return "llamacpp" if type(model).__name__ == "LlamaCppRunner" else "torch"
 
 
-def backend_of(spec: str, gguf: Path | None) -> str:
-    """hf: or llamacpp: as the spec says; unprefixed, a .gguf file given by path goes to llama.cpp
-    when it is installed (bundled names and "default" stay on transformers)."""
+def backend_of(spec: str) -> str:
+    """hf or llamacpp, as the spec's prefix says; unprefixed, a .gguf file given by path goes to
+    llama.cpp when it is installed (bundled names and "default" stay on transformers)."""
     backend, name = split_backend(spec.strip())
     if backend is not None:
         return backend
-    if gguf is not None and name.endswith(".gguf"):
+    if name.endswith(".gguf"):
         from .backends import llamacpp
 
         return "llamacpp" if llamacpp.available() else "hf"
@@ -134,11 +132,9 @@ def _check_proposer(name: str) -> None:
 
 def _load(spec: str, role: str, dtype: str):
     """(transformers model or llama.cpp runner, tokenizer)."""
-    if split_backend(spec.strip())[0] == "llamacpp":
+    if backend_of(spec) == "llamacpp":
         return _load_llamacpp(spec, role)
     resolved = resolve(spec, role)
-    if backend_of(spec, resolved.gguf) == "llamacpp":
-        return _load_llamacpp(spec, role)
     try:
         # Under torchrun the target is sharded; the (small) draft is replicated on every rank.
         return load_model(str(resolved.path), dtype, tensor_parallel=role == "target" and world_size() > 1)
