@@ -29,11 +29,12 @@ def greedy(n):
 def test_auto_drafts_long_blocks_for_a_perfect_draft(twin_gen):
     # A random tiny model is never confident (top probability ~0.1), so this test switches the
     # confidence stop off and watches the controller alone.
-    twin_gen.auto_min_confidence = 0.0
+    # The cost cap is off too: the twin draft costs as much as the target, so it would not pay.
+    twin_gen.auto_min_confidence, twin_gen.auto_cost_cap = 0.0, False
     try:
         out = twin_gen.generate("abc", greedy(60), k="auto", chat=False, proposer="draft")
     finally:
-        twin_gen.auto_min_confidence = 0.4
+        twin_gen.auto_min_confidence, twin_gen.auto_cost_cap = 0.4, True
     fixed = twin_gen.generate("abc", greedy(60), k=4, chat=False, proposer="draft")
     assert out.token_ids == fixed.token_ids
     assert out.stats["mean_accepted_tokens"] > fixed.stats["mean_accepted_tokens"]
@@ -72,3 +73,55 @@ def test_bad_k_is_a_clear_error(twin_gen):
 
     with pytest.raises(InvalidParameter, match="or 'auto'"):
         twin_gen.generate("x", greedy(3), k="sometimes")
+
+
+def test_cost_cap_follows_draft_cost_and_acceptance():
+    from specdecode.load_policy import CostCurve
+
+    c = AdaptiveK(k_max=8)
+    flat = CostCurve({1: 0.1, 9: 0.1})  # a memory-bound verify: width is nearly free
+    per_token = CostCurve({1: 0.1, 9: 0.9})  # a compute-bound one: every token scored costs
+    assert c.best_by_cost(0.0, flat, 0.5) == 8  # free drafts and free width: draft all that is allowed
+    assert c.best_by_cost(0.05, flat, 0.9) == 3  # expensive drafts pay only for a few positions
+    assert c.best_by_cost(0.05, flat, 0.9) > c.best_by_cost(0.05, flat, 0.6) == 1
+    assert c.best_by_cost(0.05, flat, 0.3) == 0  # does not beat plain decoding: off
+    assert c.best_by_cost(0.0, per_token, 0.9) == 0  # scoring is as dear as decoding: never pays
+    assert c.best_by_cost(0.01, flat, 0.8) > c.best_by_cost(0.03, flat, 0.8)  # cheaper draft, longer k
+
+
+def test_next_k_is_capped_and_probes_while_off():
+    from specdecode.adaptive import PassCosts
+
+    costs = PassCosts()
+    c = AdaptiveK(k_max=8, k=8)
+    assert c.next_k(costs, "draft") == 8  # nothing measured yet: the controller alone
+    costs.observe("draft", drafted=4, draft_s=0.2, width=5, verify_s=0.1)
+    costs.observe("draft", drafted=0, draft_s=0.0, width=1, verify_s=0.1)
+    assert costs.per_draft["draft"] == 0.05
+    for _ in range(20):
+        c.update(drafted=1, accepted=1)  # high acceptance, but each draft costs half a pass
+    best = c.best_by_cost(0.05, costs.verify, c.acceptance.rate)
+    assert c.acceptance.rate > 0.9 and 1 < best < 8 and c.next_k(costs, "draft") == best
+    for _ in range(30):
+        c.update(drafted=1, accepted=0)
+    ks = [c.next_k(costs, "draft") for _ in range(32)]
+    assert ks.count(1) == 2 and set(ks) == {0, 1}  # off, with a one-token probe every 16 passes
+
+
+def test_auto_with_an_expensive_draft_drafts_only_probes(twin_gen):
+    from specdecode.adaptive import PassCosts
+    from specdecode.load_policy import CostCurve
+
+    costs = PassCosts()
+    costs.verify = CostCurve({1: 0.1, 16: 0.1})
+    costs.per_draft["draft"] = 0.2  # each draft token twice a target pass: speculation cannot pay
+    costs.observe = lambda *a, **kw: None
+    saved = twin_gen.pass_costs
+    twin_gen.pass_costs = costs
+    try:
+        out = twin_gen.generate("abc", greedy(40), k="auto", chat=False, proposer="draft")
+    finally:
+        twin_gen.pass_costs = saved
+    plain = twin_gen.generate("abc", greedy(40), k=0, chat=False, proposer="none")
+    assert out.token_ids == plain.token_ids
+    assert out.stats["drafted_tokens"] <= 3  # the probes only

@@ -19,7 +19,13 @@ PROMPTS = [
 
 
 def alone(gen, req: BatchRequest) -> list[int]:
-    return gen.generate(req.prompt_ids, req.params, k=req.k, chat=False, proposer=req.proposer).token_ids
+    # With its load policy off the batch engine makes no timing-based choice; neither may the
+    # one-request engine (k="auto"'s cost cap reads measured pass times), or a seeded sample differs.
+    gen.auto_cost_cap = False
+    try:
+        return gen.generate(req.prompt_ids, req.params, k=req.k, chat=False, proposer=req.proposer).token_ids
+    finally:
+        gen.auto_cost_cap = True
 
 
 def mixed_requests():

@@ -264,3 +264,55 @@ def test_control_batched_engine_with_naive_residual_is_rejected(near_draft_gen, 
     counts = batched_samples(near_draft_gen)
     result = one_sample(counts, exact_model_joint(target_model, BATCH_PROMPT, TOPK, 3), alpha=ALPHA)
     assert result.p_value < ALPHA, result
+
+
+# -- k="auto" on the one-request engine: k chosen from the history, verification unchanged -------
+
+class FixedCosts:
+    """Pass costs the test sets (the learnt ones depend on this machine's timing): a draft token
+    at 10% of a verify pass, so the cost cap drafts 2 tokens while acceptance is above ~0.35 and 1
+    below: k depends on what earlier passes and requests accepted."""
+
+    def __new__(cls):
+        from specdecode.adaptive import PassCosts
+        from specdecode.load_policy import CostCurve
+
+        costs = PassCosts()
+        costs.verify = CostCurve({1: 0.1, 16: 0.1})
+        costs.per_draft = {"draft": 0.01}
+        costs.observe = lambda *a, **kw: None
+        return costs
+
+
+def auto_samples(gen, n=BATCH_N):
+    from collections import Counter
+
+    saved = gen.pass_costs, dict(gen.pooled_acceptance)
+    # The confidence stop is off (toy tests cover it): here k is the cost cap's alone.
+    gen.pass_costs, gen.pooled_acceptance, gen.auto_min_confidence = FixedCosts(), {}, 0.0
+    counts, drafted = Counter(), Counter()
+    try:
+        for i in range(n):
+            out = gen.generate(list(BATCH_PROMPT), TOPK.replace(seed=2000 + i), k="auto", chat=False,
+                               proposer="draft")
+            counts[tuple(out.token_ids)] += 1
+            drafted.update(step[1] for step in out.stats["steps"])
+    finally:
+        gen.pass_costs, gen.pooled_acceptance = saved
+        gen.auto_min_confidence = 0.4
+    return counts, drafted
+
+
+def test_auto_k_engine_joint_distribution(near_draft_gen, target_model):
+    counts, drafted = auto_samples(near_draft_gen)
+    assert drafted[1] > 100 and drafted[2] > 100  # the rule was live: k moved with the acceptance
+    assert_exact(one_sample(counts, exact_model_joint(target_model, BATCH_PROMPT, TOPK, 3), alpha=ALPHA))
+
+
+def test_control_auto_k_engine_with_naive_residual_is_rejected(near_draft_gen, target_model, monkeypatch):
+    from specdecode import engine
+
+    monkeypatch.setattr(engine, "rejection_sample", naive_rejection_sample)
+    counts, _ = auto_samples(near_draft_gen)
+    result = one_sample(counts, exact_model_joint(target_model, BATCH_PROMPT, TOPK, 3), alpha=ALPHA)
+    assert result.p_value < ALPHA, result

@@ -1,22 +1,55 @@
-"""Choosing k at run time (k="auto"): a per-request controller and a confidence stop for drafts.
+"""Choosing k at run time (k="auto"): a per-request controller, a cost cap, and a confidence stop.
 
-Both only change which tokens are proposed, never how they are verified, so speculation stays
-exact. The controller follows transformers' assisted-generation heuristic (+2 after a fully
-accepted block, -1 after a rejection); the draft additionally stops early when its top
-probability for the next token falls below `min_confidence`.
+All three only change which tokens are proposed, never how they are verified, so speculation stays
+exact.
+- The controller follows transformers' assisted-generation heuristic (+2 after a fully accepted
+  block, -1 after a rejection): it finds how far this request's drafts tend to run.
+- The cost cap keeps k where the expected tokens per second is highest given what passes really
+  cost here (`PassCosts`, learnt from every pass) and this request's recent acceptance a:
+  rate(k) = (1 + a + ... + a^k) / (k * draft_token_s + verify(1 + k)). With an expensive draft
+  (on a CPU the 0.5B draft costs about half a target pass) this holds k at 1-2 where the controller
+  alone would climb after a lucky run, and it turns drafting off (k = 0, plain decoding, with a
+  periodic one-token probe so a change in the text is noticed) when no k beats plain by `margin`.
+- The draft stops early when its top probability for the next token falls below `min_confidence`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from .load_policy import AcceptanceTracker, CostCurve, expected_tokens
+
+
+class PassCosts:
+    """Seconds per pass as this machine really runs them: the target's verify pass by width (a
+    moving average per width) and each proposer's cost per drafted token."""
+
+    def __init__(self, smoothing: float = 0.2):
+        self.verify = CostCurve(smoothing=smoothing)
+        self.per_draft: dict[str, float] = {}
+        self.smoothing = smoothing
+
+    def observe(self, proposer: str, drafted: int, draft_s: float, width: int, verify_s: float) -> None:
+        self.verify.observe(width, verify_s)
+        if drafted > 0:
+            old = self.per_draft.get(proposer)
+            new = draft_s / drafted
+            self.per_draft[proposer] = new if old is None else (1 - self.smoothing) * old + self.smoothing * new
+
+    def known(self, proposer: str) -> bool:
+        return bool(self.verify.points) and proposer in self.per_draft
 
 
 @dataclass
 class AdaptiveK:
     k_max: int = 8
-    k: int = 4
+    k: int = 4  # the controller's current allowance
     k_min: int = 1
     min_confidence: float = 0.4
+    margin: float = 0.05  # speculate only when the best k beats plain decoding by this fraction
+    probe_every: int = 16  # while the cost cap holds drafting off, draft one token this often
+    acceptance: AcceptanceTracker = field(default_factory=AcceptanceTracker)
+    off_streak: int = 0
 
     def __post_init__(self) -> None:
         if not 1 <= self.k_min <= self.k <= self.k_max:
@@ -26,9 +59,33 @@ class AdaptiveK:
         """After a verification pass that checked `drafted` tokens and accepted `accepted`."""
         if drafted == 0:
             return
+        self.acceptance.update(drafted, accepted)
         if accepted == drafted:
             # Only a block that used the whole allowance says the allowance was too small.
             if drafted >= self.k:
                 self.k = min(self.k_max, self.k + 2)
         else:
             self.k = max(self.k_min, self.k - 1)
+
+    def next_k(self, costs: PassCosts | None = None, proposer: str = "draft") -> int:
+        """k for the next pass: the controller's allowance, capped by what pays at these costs."""
+        if costs is None or not costs.known(proposer):
+            return self.k
+        best = self.best_by_cost(costs.per_draft[proposer], costs.verify, self.acceptance.rate)
+        if best == 0:
+            self.off_streak += 1
+            if self.off_streak >= self.probe_every:
+                self.off_streak = 0
+                return 1
+            return 0
+        self.off_streak = 0
+        return min(self.k, best)
+
+    def best_by_cost(self, draft_token_s: float, verify: CostCurve, acceptance: float) -> int:
+        plain = 1.0 / max(verify(1), 1e-9)
+        best, best_rate = 0, plain * (1 + self.margin)
+        for k in range(1, self.k_max + 1):
+            rate = expected_tokens(acceptance, k) / max(k * draft_token_s + verify(1 + k), 1e-9)
+            if rate > best_rate * (1 + 1e-9):
+                best, best_rate = k, rate
+        return best

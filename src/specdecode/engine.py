@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .adaptive import AdaptiveK
+from .adaptive import AdaptiveK, PassCosts
 from .backends.base import ModelRunner
+from .load_policy import AcceptanceTracker
 from .proposers import Proposer
 from .rejection import rejection_sample
 from .sampling import InvalidParameter, SamplingParams, probs_from_logits
@@ -130,6 +131,11 @@ class SpeculativeGenerator:
         self.info: dict = {}  # where the models came from and their dtypes, for reports
         self.auto_k_max = 8  # the largest k that k="auto" may reach
         self.auto_min_confidence = 0.4  # k="auto" stops drafting below this top draft probability
+        self.auto_cost_cap = True  # k="auto" keeps k where it pays at the measured costs (adaptive.py)
+        # Learnt from every pass of every request, so a new request starts from what this machine
+        # and these models really cost, and from how well each proposer has been doing lately.
+        self.pass_costs = PassCosts()
+        self.pooled_acceptance: dict[str, AcceptanceTracker] = {}
 
     @property
     def proposer(self) -> Proposer:
@@ -210,8 +216,10 @@ class SpeculativeGenerator:
         """
         params = params or SamplingParams()
         drafter = self.get_proposer(proposer)
+        name = proposer or self.default_proposer
         check_k(k)
-        adaptive = AdaptiveK(k_max=self.auto_k_max, min_confidence=self.auto_min_confidence) if k == "auto" else None
+        adaptive = self.new_adaptive(name) if k == "auto" else None
+        costs = self.pass_costs if self.auto_cost_cap else None
         prompt_ids = self.encode(prompt, chat)
         limit = self.target.max_context
         if len(prompt_ids) + 1 > limit:
@@ -240,7 +248,7 @@ class SpeculativeGenerator:
             if room < 0:
                 stats.finish_reason = "length"
                 break
-            wanted = adaptive.k if adaptive else k
+            wanted = adaptive.next_k(costs, name) if adaptive else k
             step_k = min(wanted, params.max_new_tokens - len(generated) - 1, room)
 
             t0 = time.perf_counter()
@@ -259,6 +267,8 @@ class SpeculativeGenerator:
             t2 = time.perf_counter()
 
             stats.record_pass(len(drafts), accepted, t1 - t0, t2 - t1)
+            self.pass_costs.observe(name, len(drafts), t1 - t0, 1 + len(drafts), t2 - t1)
+            self.pooled(name).update(len(drafts), accepted)
             if adaptive:
                 adaptive.update(len(drafts), accepted)
 
@@ -283,6 +293,14 @@ class SpeculativeGenerator:
             prompt_token_ids=prompt_ids,
             finish_reason=stats.finish_reason,
         )
+
+    def pooled(self, proposer: str) -> AcceptanceTracker:
+        """A proposer's acceptance over all recent requests (the prior of a new request's own)."""
+        return self.pooled_acceptance.setdefault(proposer, AcceptanceTracker(decay=0.98))
+
+    def new_adaptive(self, proposer: str) -> AdaptiveK:
+        return AdaptiveK(k_max=self.auto_k_max, min_confidence=self.auto_min_confidence,
+                         acceptance=AcceptanceTracker(prior=self.pooled(proposer).rate))
 
     @staticmethod
     def _emit(token: int, generated: list[int], text: "TextStream", stop_ids: set[int], params: SamplingParams,

@@ -17,6 +17,13 @@ from dataclasses import dataclass
 import numpy as np
 
 
+def expected_tokens(acceptance: float, k: int) -> float:
+    """Tokens one pass emits on average when each of k drafts is accepted with probability a,
+    in order: 1 + a + a^2 + ... + a^k (the bonus or residual token included)."""
+    a = min(max(acceptance, 0.0), 0.999)
+    return (1 - a ** (k + 1)) / (1 - a)
+
+
 class CostCurve:
     """Seconds of one forward pass as a function of the tokens in it (rows x padded width)."""
 
@@ -91,12 +98,7 @@ class LoadPolicy:
 
     @staticmethod
     def expected_tokens(rows: list[RowPlan], cap: int) -> float:
-        total = 0.0
-        for r in rows:
-            k = min(cap, r.wanted)
-            a = min(max(r.acceptance, 0.0), 0.999)
-            total += (1 - a ** (k + 1)) / (1 - a)
-        return total
+        return sum(expected_tokens(r.acceptance, min(cap, r.wanted)) for r in rows)
 
     def observe_verify(self, rows: int, width: int, seconds: float) -> None:
         """Book one real batched pass (scoring and rejection) of rows x width tokens."""
