@@ -58,7 +58,17 @@ def vocab_width(model) -> int:
 
 def backend_name(model) -> str:
     """The backend running a model or runner, as the bench reports it."""
-    return "llamacpp" if type(model).__name__ == "LlamaCppRunner" else "torch"
+    kind = type(model).__name__
+    if kind == "LlamaCppRunner":
+        return "llamacpp"
+    if kind == "StaticRunner":
+        return "torch-compiled" if model.compiled else "torch-static"
+    return "torch"
+
+
+def torch_model(model):
+    """The transformers model behind a model or a torch runner (None for other backends)."""
+    return model if backend_name(model) == "torch" else getattr(model, "model", None)
 
 
 def backend_of(spec: str) -> str:
@@ -95,7 +105,7 @@ def build_generator(
     elif proposer == "draft":
         raise ModelError("the draft proposer needs a draft model")
     return SpeculativeGenerator(runner, tokenizer, proposers, default_proposer=proposer,
-                                eos_token_ids=eos_ids(target_model, tokenizer))
+                                eos_token_ids=eos_ids(torch_model(target_model) or target_model, tokenizer))
 
 
 def eos_ids(model, tokenizer) -> list[int]:
@@ -132,11 +142,17 @@ def _check_proposer(name: str) -> None:
 
 def _load(spec: str, role: str, dtype: str):
     """(transformers model or llama.cpp runner, tokenizer)."""
-    if backend_of(spec) == "llamacpp":
+    backend = backend_of(spec)
+    if backend == "llamacpp":
         return _load_llamacpp(spec, role)
     resolved = resolve(spec, role)
     try:
         # Under torchrun the target is sharded; the (small) draft is replicated on every rank.
-        return load_model(str(resolved.path), dtype, tensor_parallel=role == "target" and world_size() > 1)
+        model, tokenizer = load_model(str(resolved.path), dtype, tensor_parallel=role == "target" and world_size() > 1)
     except (OSError, ValueError, KeyError) as exc:
         raise ModelError(f"could not load the {role} model from {resolved.path}: {exc}") from exc
+    if backend in ("hf-static", "hf-compile"):
+        from .backends.hf_static import StaticRunner
+
+        return StaticRunner(model, compile=backend == "hf-compile"), tokenizer
+    return model, tokenizer

@@ -12,7 +12,7 @@ import psutil
 import torch
 
 from ..engine import SpeculativeGenerator
-from ..loading import backend_name
+from ..loading import backend_name, torch_model
 from ..sampling import SamplingParams
 
 ENGINE_METHODS = {"plain": "none", "draft": "draft", "ngram": "ngram"}
@@ -171,9 +171,10 @@ def make_method(name: str, gen: SpeculativeGenerator, target_spec: str, target_m
     if name in ENGINE_METHODS:
         return EngineMethod(name, gen)
     if name in HF_METHODS:
-        if backend_name(target_model) != "torch" or (name == "hf-assisted" and backend_name(draft_model) != "torch"):
+        hf_target, hf_draft = torch_model(target_model), torch_model(draft_model) if draft_model is not None else None
+        if hf_target is None or (name == "hf-assisted" and hf_draft is None):
             raise ValueError(f"{name} runs transformers' generate, which needs transformers models (hf: backend)")
-        return HFMethod(name, target_model, tokenizer, eos_ids(target_model, tokenizer), assistant=draft_model)
+        return HFMethod(name, hf_target, tokenizer, eos_ids(hf_target, tokenizer), assistant=hf_draft)
     # The same file our llama.cpp target runs (requantised or not), else the target's source GGUF.
     gguf = target_model.gguf if backend_name(target_model) == "llamacpp" else resolve(target_spec, "target").gguf
     if gguf is None:
