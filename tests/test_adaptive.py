@@ -89,7 +89,7 @@ def test_cost_cap_follows_draft_cost_and_acceptance():
     assert c.best_by_cost(0.01, flat, 0.8) > c.best_by_cost(0.03, flat, 0.8)  # cheaper draft, longer k
 
 
-def test_next_k_is_capped_and_probes_while_off():
+def test_next_k_follows_the_costs_and_probes_while_off():
     from specdecode.adaptive import PassCosts
 
     costs = PassCosts()
@@ -102,6 +102,8 @@ def test_next_k_is_capped_and_probes_while_off():
         c.update(drafted=1, accepted=1)  # high acceptance, but each draft costs half a pass
     best = c.best_by_cost(0.05, costs.verify, c.acceptance.rate)
     assert c.acceptance.rate > 0.9 and 1 < best < 8 and c.next_k(costs, "draft") == best
+    c.k = 1  # once costs are known the cost rule decides, not the controller's allowance
+    assert c.next_k(costs, "draft") == best
     for _ in range(30):
         c.update(drafted=1, accepted=0)
     ks = [c.next_k(costs, "draft") for _ in range(32)]

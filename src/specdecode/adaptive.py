@@ -1,15 +1,19 @@
-"""Choosing k at run time (k="auto"): a per-request controller, a cost cap, and a confidence stop.
+"""Choosing k at run time (k="auto"): a cost rule, a controller, and a confidence stop.
 
 All three only change which tokens are proposed, never how they are verified, so speculation stays
 exact.
-- The controller follows transformers' assisted-generation heuristic (+2 after a fully accepted
-  block, -1 after a rejection): it finds how far this request's drafts tend to run.
-- The cost cap keeps k where the expected tokens per second is highest given what passes really
+- The cost rule picks the k with the highest expected tokens per second given what passes really
   cost here (`PassCosts`, learnt from every pass) and this request's recent acceptance a:
   rate(k) = (1 + a + ... + a^k) / (k * draft_token_s + verify(1 + k)). With an expensive draft
-  (on a CPU the 0.5B draft costs about half a target pass) this holds k at 1-2 where the controller
-  alone would climb after a lucky run, and it turns drafting off (k = 0, plain decoding, with a
-  periodic one-token probe so a change in the text is noticed) when no k beats plain by `margin`.
+  (on a CPU the 0.5B draft costs 0.4-0.5 of a target pass) it holds k at 1-3 and moves it with a;
+  with free n-gram drafts and a flat verify curve it drafts as far as the lookup reaches, where a
+  rejection-driven controller would cut k after every miss and lose the rare long match; and it
+  turns drafting off (k = 0, plain decoding, with a periodic one-token probe so that a change in
+  the text is noticed) when no k beats plain decoding by `margin`.
+- The controller follows transformers' assisted-generation heuristic (+2 after a fully accepted
+  block, -1 after a rejection). It decides until the costs are known (the first pass), and alone
+  where no cost rule applies (`auto_cost_cap = False`; the batched server, whose load policy
+  caps k from batched costs).
 - The draft stops early when its top probability for the next token falls below `min_confidence`.
 """
 
@@ -68,7 +72,7 @@ class AdaptiveK:
             self.k = max(self.k_min, self.k - 1)
 
     def next_k(self, costs: PassCosts | None = None, proposer: str = "draft") -> int:
-        """k for the next pass: the controller's allowance, capped by what pays at these costs."""
+        """k for the next pass: what pays best at these costs, else the controller's allowance."""
         if costs is None or not costs.known(proposer):
             return self.k
         best = self.best_by_cost(costs.per_draft[proposer], costs.verify, self.acceptance.rate)
@@ -79,7 +83,7 @@ class AdaptiveK:
                 return 1
             return 0
         self.off_streak = 0
-        return min(self.k, best)
+        return best
 
     def best_by_cost(self, draft_token_s: float, verify: CostCurve, acceptance: float) -> int:
         plain = 1.0 / max(verify(1), 1e-9)
