@@ -29,7 +29,7 @@ def greedy(n):
 def test_auto_drafts_long_blocks_for_a_perfect_draft(twin_gen):
     # A random tiny model is never confident (top probability ~0.1), so this test switches the
     # confidence stop off and watches the controller alone.
-    # The cost cap is off too: the twin draft costs as much as the target, so it would not pay.
+    # The cost rule is off too: the twin draft costs as much as the target, so it would not pay.
     twin_gen.auto_min_confidence, twin_gen.auto_cost_cap = 0.0, False
     try:
         out = twin_gen.generate("abc", greedy(60), k="auto", chat=False, proposer="draft")

@@ -20,7 +20,7 @@ PROMPTS = [
 
 def alone(gen, req: BatchRequest) -> list[int]:
     # With its load policy off the batch engine makes no timing-based choice; neither may the
-    # one-request engine (k="auto"'s cost cap reads measured pass times), or a seeded sample differs.
+    # one-request engine (k="auto"'s cost rule reads measured pass times), or a seeded sample differs.
     gen.auto_cost_cap = False
     try:
         return gen.generate(req.prompt_ids, req.params, k=req.k, chat=False, proposer=req.proposer).token_ids

@@ -270,7 +270,7 @@ def test_control_batched_engine_with_naive_residual_is_rejected(near_draft_gen, 
 
 class FixedCosts:
     """Pass costs the test sets (the learnt ones depend on this machine's timing): a draft token
-    at 10% of a verify pass, so the cost cap drafts 2 tokens while acceptance is above ~0.35 and 1
+    at 10% of a verify pass, so the cost rule drafts 2 tokens while acceptance is above ~0.35 and 1
     below: k depends on what earlier passes and requests accepted."""
 
     def __new__(cls):
@@ -288,7 +288,7 @@ def auto_samples(gen, n=BATCH_N):
     from collections import Counter
 
     saved = gen.pass_costs, dict(gen.pooled_acceptance)
-    # The confidence stop is off (toy tests cover it): here k is the cost cap's alone.
+    # The confidence stop is off (toy tests cover it): here k is the cost rule's alone.
     gen.pass_costs, gen.pooled_acceptance, gen.auto_min_confidence = FixedCosts(), {}, 0.0
     counts, drafted = Counter(), Counter()
     try:

@@ -51,7 +51,7 @@ class AdaptiveK:
     k_min: int = 1
     min_confidence: float = 0.4
     margin: float = 0.05  # speculate only when the best k beats plain decoding by this fraction
-    probe_every: int = 16  # while the cost cap holds drafting off, draft one token this often
+    probe_every: int = 16  # while the cost rule holds drafting off, draft one token this often
     acceptance: AcceptanceTracker = field(default_factory=AcceptanceTracker)
     off_streak: int = 0
 

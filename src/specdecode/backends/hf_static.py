@@ -45,6 +45,7 @@ class StaticRunner:
     def length(self) -> int:
         return self._length
 
+    @torch.inference_mode()
     def reset(self) -> None:
         self._set_length(0)
 
@@ -53,6 +54,7 @@ class StaticRunner:
             layer.cumulative_length.fill_(length)
         self._length = length
 
+    @torch.inference_mode()
     def _grow(self, needed: int) -> None:
         capacity = self.capacity
         while capacity < needed:
@@ -95,6 +97,7 @@ class StaticRunner:
         self._length += n
         return logits[0].float()
 
+    @torch.inference_mode()
     def truncate(self, length: int) -> None:
         if length > self._length:
             raise ValueError(f"cannot truncate a cache of {self._length} tokens to {length}")

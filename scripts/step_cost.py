@@ -1,0 +1,39 @@
+"""One-token step cost of the torch backends: dynamic cache (hf:), static cache (hf-static:) and the
+compiled static step (hf-compile:), for the default draft and target after a 300-token context.
+
+    python scripts/step_cost.py [DTYPE]      (default bfloat16; prints medians in ms and compile time)
+"""
+
+import statistics
+import sys
+import time
+
+from specdecode.backends.hf import HFRunner
+from specdecode.backends.hf_static import StaticRunner
+from specdecode.loading import load_models
+
+CONTEXT = list(range(1000, 1300))
+
+
+def step_ms(runner, steps: int = 20) -> float:
+    runner.reset()
+    runner.forward(CONTEXT)
+    times = []
+    for i in range(steps):
+        start = time.perf_counter()
+        runner.forward([5 + i])
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[3:]) * 1000  # the first steps warm caches (and compile)
+
+
+def main(dtype: str = "bfloat16") -> None:
+    target, _, draft, _ = load_models("default", "default", dtype)
+    for name, model in (("draft", draft), ("target", target)):
+        compiled = StaticRunner(model, compile=True)
+        row = {"dynamic": step_ms(HFRunner(model)), "static": step_ms(StaticRunner(model)),
+               "compiled": step_ms(compiled)}
+        print(name, " ".join(f"{k} {v:.1f} ms" for k, v in row.items()), f"(compiled in {compiled.compile_s:.0f} s)")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
