@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .load_policy import AcceptanceTracker, CostCurve, expected_tokens
+from .load_policy import AcceptanceTracker, CostCurve, ema, expected_tokens
 
 
 class PassCosts:
@@ -36,9 +36,7 @@ class PassCosts:
     def observe(self, proposer: str, drafted: int, draft_s: float, width: int, verify_s: float) -> None:
         self.verify.observe(width, verify_s)
         if drafted > 0:
-            old = self.per_draft.get(proposer)
-            new = draft_s / drafted
-            self.per_draft[proposer] = new if old is None else (1 - self.smoothing) * old + self.smoothing * new
+            self.per_draft[proposer] = ema(self.per_draft.get(proposer), draft_s / drafted, self.smoothing)
 
     def known(self, proposer: str) -> bool:
         return bool(self.verify.points) and proposer in self.per_draft

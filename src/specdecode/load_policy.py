@@ -24,6 +24,11 @@ def expected_tokens(acceptance: float, k: int) -> float:
     return (1 - a ** (k + 1)) / (1 - a)
 
 
+def ema(old: float | None, new: float, smoothing: float) -> float:
+    """Exponential moving average of measured costs; the first measurement is taken as it is."""
+    return new if old is None else (1 - smoothing) * old + smoothing * new
+
+
 class CostCurve:
     """Seconds of one forward pass as a function of the tokens in it (rows x padded width)."""
 
@@ -34,8 +39,7 @@ class CostCurve:
     def observe(self, tokens: int, seconds: float) -> None:
         if tokens <= 0 or seconds <= 0:
             return
-        old = self.points.get(tokens)
-        self.points[tokens] = seconds if old is None else (1 - self.smoothing) * old + self.smoothing * seconds
+        self.points[tokens] = ema(self.points.get(tokens), seconds, self.smoothing)
 
     def __call__(self, tokens: float) -> float:
         if not self.points:
@@ -104,7 +108,7 @@ class LoadPolicy:
         """Book one real batched pass (scoring and rejection) of rows x width tokens."""
         if rows <= 0 or width <= 0 or seconds <= 0:
             return
-        self.observed[(rows, width)] = self._ema(self.observed.get((rows, width)), seconds)
+        self.observed[(rows, width)] = ema(self.observed.get((rows, width)), seconds, self.smoothing)
         if rows == 1:
             self.verify.observe(width, seconds)
             return
@@ -112,16 +116,13 @@ class LoadPolicy:
         # drift to 1 as the curve learnt them.
         predicted = self.verify(rows * width)
         if predicted > 0:
-            self.correction[rows] = self._ema(self.correction.get(rows), seconds / predicted)
+            self.correction[rows] = ema(self.correction.get(rows), seconds / predicted, self.smoothing)
 
     def verify_seconds(self, rows: int, width: int) -> float:
         seen = self.observed.get((rows, width))
         if seen is not None:
             return seen
         return self.verify(rows * width) * self.correction.get(rows, 1.0)
-
-    def _ema(self, old: float | None, new: float) -> float:
-        return new if old is None else (1 - self.smoothing) * old + self.smoothing * new
 
     def step_cost(self, rows: list[RowPlan], cap: int) -> float:
         width = 1 + max(min(cap, r.wanted) for r in rows)
