@@ -1,6 +1,8 @@
 """Markdown table of tokens/s and ITL per concurrency for several `bench --endpoint` runs.
 
     python scripts/load_table.py OUT_DIR plain ngram draft ...   (the first one is the baseline)
+
+Each server's results are every results.json under OUT_DIR/<server> (one per concurrency level).
 """
 
 import json
@@ -9,7 +11,8 @@ from pathlib import Path
 
 
 def main(root: str, names: list[str]) -> None:
-    runs = {n: {r["concurrency"]: r for r in json.loads((Path(root) / n / "results.json").read_text())} for n in names}
+    runs = {n: {r["concurrency"]: r for f in sorted((Path(root) / n).rglob("results.json"))
+                for r in json.loads(f.read_text())} for n in names}
     base = runs[names[0]]
     print("| server | concurrency | tok/s | vs " + names[0] + " | ITL p50 ms | ITL p99 ms | TTFT median s | acceptance | "
           "errors |")

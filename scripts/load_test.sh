@@ -1,30 +1,43 @@
 #!/bin/bash
 # Load test of `specdecode serve` with the default pair on loopback: plain vs speculative servers,
-# one after the other in one run, each driven by `specdecode bench --endpoint` at the same levels.
-# Usage: scripts/load_test.sh OUT_DIR [REQUESTS] [MAX_TOKENS]
+# all started at once (one port each) and driven in turn by `specdecode bench --endpoint` at every
+# concurrency level, the order alternating from level to level: a shared, drifting machine then
+# slows both sides alike instead of whichever server happened to run last.
+# Usage: scripts/load_test.sh OUT_DIR [REQUESTS] [MAX_TOKENS]   (SERVERS="plain ngram" to choose)
 set -euo pipefail
 OUT=${1:-load-out}; REQUESTS=${2:-12}; MAX_TOKENS=${3:-48}
 SD=${SD:-.venv/bin/specdecode}
-PORT=8123
+SERVERS=${SERVERS:-plain ngram}
+LEVELS=${LEVELS:-1 2 4 8}
 mkdir -p "$OUT"
-run() {  # name, serve flags...
-  local name=$1; shift
-  $SD serve --port $PORT --max-batch 8 "$@" > "$OUT/$name.serve.log" 2>&1 &
-  local pid=$!
-  for _ in $(seq 600); do curl -sf localhost:$PORT/health > /dev/null && break; sleep 1; done
-  $SD bench --endpoint http://127.0.0.1:$PORT --concurrency 1,2,4,8 --requests "$REQUESTS" \
-      --max-new-tokens "$MAX_TOKENS" --temperature 0 --limit 12 --tokenizer default --ignore-eos --out "$OUT/$name" \
-      > "$OUT/$name.bench.log" 2>&1 || true
-  curl -s localhost:$PORT/metrics > "$OUT/$name.metrics.txt" || true
-  kill -TERM $pid; wait $pid || true
-}
-SERVERS=${SERVERS:-plain ngram draft draft-policy-off}
+declare -A PORT PID
+port=8123
 for s in $SERVERS; do
   case $s in
-    plain) run plain --proposer none --k 0 ;;
-    ngram) run ngram --proposer ngram --k 4 ;;
-    draft) run draft --proposer draft --k 4 ;;
-    draft-policy-off) run draft-policy-off --proposer draft --k 4 --load-policy off ;;
+    plain) flags="--proposer none --k 0" ;;
+    ngram) flags="--proposer ngram --k 4" ;;
+    draft) flags="--proposer draft --k 4" ;;
+    draft-policy-off) flags="--proposer draft --k 4 --load-policy off" ;;
+    *) echo "unknown server $s" >&2; exit 2 ;;
   esac
+  PORT[$s]=$port
+  # shellcheck disable=SC2086
+  $SD serve --port "$port" --max-batch 8 $flags > "$OUT/$s.serve.log" 2>&1 &
+  PID[$s]=$!
+  port=$((port + 1))
 done
+trap 'for s in $SERVERS; do kill -TERM ${PID[$s]} 2>/dev/null || true; done' EXIT
+for s in $SERVERS; do
+  for _ in $(seq 600); do curl -sf "localhost:${PORT[$s]}/health" > /dev/null && break; sleep 1; done
+done
+order=($SERVERS)
+for c in $LEVELS; do
+  for s in "${order[@]}"; do
+    $SD bench --endpoint "http://127.0.0.1:${PORT[$s]}" --concurrency "$c" --requests "$REQUESTS" \
+        --max-new-tokens "$MAX_TOKENS" --temperature 0 --limit 12 --tokenizer default --ignore-eos \
+        --out "$OUT/$s/c$c" > "$OUT/$s.c$c.bench.log" 2>&1 || true
+  done
+  order=($(printf '%s\n' "${order[@]}" | tac))  # the other order at the next level
+done
+for s in $SERVERS; do curl -s "localhost:${PORT[$s]}/metrics" > "$OUT/$s.metrics.txt" || true; done
 .venv/bin/python scripts/load_table.py "$OUT" $SERVERS | tee "$OUT/table.md"

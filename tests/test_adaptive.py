@@ -4,6 +4,7 @@ import pytest
 
 from specdecode import SamplingParams
 from specdecode.adaptive import AdaptiveK
+from specdecode.load_policy import AcceptanceTracker, CostCurve
 
 
 def test_controller_grows_on_full_acceptance_and_shrinks_on_rejection():
@@ -81,12 +82,12 @@ def test_cost_cap_follows_draft_cost_and_acceptance():
     c = AdaptiveK(k_max=8)
     flat = CostCurve({1: 0.1, 9: 0.1})  # a memory-bound verify: width is nearly free
     per_token = CostCurve({1: 0.1, 9: 0.9})  # a compute-bound one: every token scored costs
-    assert c.best_by_cost(0.0, flat, 0.5) == 8  # free drafts and free width: draft all that is allowed
-    assert c.best_by_cost(0.05, flat, 0.9) == 3  # expensive drafts pay only for a few positions
-    assert c.best_by_cost(0.05, flat, 0.9) > c.best_by_cost(0.05, flat, 0.6) == 1
-    assert c.best_by_cost(0.05, flat, 0.3) == 0  # does not beat plain decoding: off
-    assert c.best_by_cost(0.0, per_token, 0.9) == 0  # scoring is as dear as decoding: never pays
-    assert c.best_by_cost(0.01, flat, 0.8) > c.best_by_cost(0.03, flat, 0.8)  # cheaper draft, longer k
+    assert c.best_by_cost(0.0, flat, AcceptanceTracker(0.5)) == 8  # free drafts and free width: draft all that is allowed
+    assert c.best_by_cost(0.05, flat, AcceptanceTracker(0.9)) == 3  # expensive drafts pay only for a few positions
+    assert c.best_by_cost(0.05, flat, AcceptanceTracker(0.9)) > c.best_by_cost(0.05, flat, AcceptanceTracker(0.6)) == 1
+    assert c.best_by_cost(0.05, flat, AcceptanceTracker(0.3)) == 0  # does not beat plain decoding: off
+    assert c.best_by_cost(0.0, per_token, AcceptanceTracker(0.9)) == 0  # scoring is as dear as decoding: never pays
+    assert c.best_by_cost(0.01, flat, AcceptanceTracker(0.8)) > c.best_by_cost(0.03, flat, AcceptanceTracker(0.8))  # cheaper draft, longer k
 
 
 def test_next_k_follows_the_costs_and_probes_while_off():
@@ -99,8 +100,8 @@ def test_next_k_follows_the_costs_and_probes_while_off():
     costs.observe("draft", drafted=0, draft_s=0.0, width=1, verify_s=0.1)
     assert costs.per_draft["draft"] == 0.05
     for _ in range(20):
-        c.update(drafted=1, accepted=1)  # high acceptance, but each draft costs half a pass
-    best = c.best_by_cost(0.05, costs.verify, c.acceptance.rate)
+        c.update(drafted=8, accepted=8)  # high acceptance, but each draft costs half a pass
+    best = c.best_by_cost(0.05, costs.verify, c.acceptance)
     assert c.acceptance.rate > 0.9 and 1 < best < 8 and c.next_k(costs, "draft") == best
     c.k = 1  # once costs are known the cost rule decides, not the controller's allowance
     assert c.next_k(costs, "draft") == best
@@ -127,3 +128,35 @@ def test_auto_with_an_expensive_draft_drafts_only_probes(twin_gen):
     plain = twin_gen.generate("abc", greedy(40), k=0, chat=False, proposer="none")
     assert out.token_ids == plain.token_ids
     assert out.stats["drafted_tokens"] <= 3  # the probes only
+
+
+def test_acceptance_by_position_sees_bursty_drafts():
+    # n-gram-like drafts: the first draft is accepted 20% of the time, but after a match the next
+    # ones are accepted 80% of the time. Per position the tracker sees what one average rate hides.
+    bursty = AcceptanceTracker(decay=1.0)  # no decay: plain averages, so the test is not at the mercy of luck
+    rng = __import__("random").Random(0)
+    for _ in range(400):
+        accepted = 0
+        if rng.random() < 0.2:
+            accepted = 1
+            while accepted < 8 and rng.random() < 0.8:
+                accepted += 1
+        bursty.update(8, accepted)
+    c = bursty.conditional
+    assert c[0] < 0.3 and c[1:8].min() > 0.6
+    assert bursty.expected_tokens(8) == pytest.approx(1 + sum(c[:i].prod() for i in range(1, 9)))
+    # Taken as i.i.d. at the same average rate, long drafts look far less worth it.
+    iid = AcceptanceTracker(bursty.rate)
+    gain, iid_gain = (t.expected_tokens(8) - t.expected_tokens(2) for t in (bursty, iid))
+    assert gain > 2 * iid_gain
+    rule = AdaptiveK(k_max=8)
+    rising = CostCurve({1: 0.100, 9: 0.105})  # scoring more tokens costs a little
+    assert rule.best_by_cost(0.001, rising, bursty) >= rule.best_by_cost(0.001, rising, iid) + 3
+
+
+def test_acceptance_prior_is_per_position():
+    pooled = AcceptanceTracker()
+    for _ in range(50):
+        pooled.update(3, 1)  # first accepted, second rejected, third never judged
+    fresh = AcceptanceTracker(prior=pooled.conditional)
+    assert fresh.conditional[0] > 0.9 and fresh.conditional[1] < 0.1 and fresh.conditional[2] == 0.5

@@ -165,28 +165,28 @@ def test_a_failing_batched_pass_ends_its_requests_and_the_engine_recovers(twin_g
 def test_policy_turns_speculation_off_when_verification_cost_grows_with_width():
     cpu_like = CostCurve({1: 0.10, 4: 0.40, 8: 0.80, 16: 1.60, 32: 3.2})  # cost ~ tokens scored
     policy = LoadPolicy(cpu_like, CostCurve({1: 0.05, 8: 0.1}))
-    rows = [RowPlan(4, 0.5, True) for _ in range(8)]
+    rows = [RowPlan(4, AcceptanceTracker(0.5), True) for _ in range(8)]
     assert policy.cap(rows) == 0
     gpu_like = CostCurve({1: 0.010, 8: 0.0105, 16: 0.011, 64: 0.014})  # memory-bound: nearly flat
     policy = LoadPolicy(gpu_like, CostCurve({1: 0.001, 8: 0.0012}))
-    assert policy.cap([RowPlan(4, 0.8, True)]) == 4
+    assert policy.cap([RowPlan(4, AcceptanceTracker(0.8), True)]) == 4
     # Same GPU, low acceptance: drafting costs more than it returns.
     expensive_draft = LoadPolicy(gpu_like, CostCurve({1: 0.008, 8: 0.009}))
-    assert expensive_draft.cap([RowPlan(4, 0.1, True)]) == 0
+    assert expensive_draft.cap([RowPlan(4, AcceptanceTracker(0.1), True)]) == 0
     # Cheap n-gram drafts on a flat curve pay even at modest acceptance.
-    assert LoadPolicy(gpu_like).cap([RowPlan(3, 0.6, False)] * 4) == 3
+    assert LoadPolicy(gpu_like).cap([RowPlan(3, AcceptanceTracker(0.6), False)] * 4) == 3
     assert LoadPolicy(cpu_like, enabled=False).cap(rows) == 4
     # A near-tie stays plain: +4% expected tokens at equal cost is inside the 5% margin.
     flat = CostCurve({1: 0.1, 64: 0.1})
-    assert LoadPolicy(flat).cap([RowPlan(1, 0.04, False)]) == 0
-    assert LoadPolicy(flat, margin=0.0).cap([RowPlan(1, 0.04, False)]) == 1
+    assert LoadPolicy(flat).cap([RowPlan(1, AcceptanceTracker(0.04), False)]) == 0
+    assert LoadPolicy(flat, margin=0.0).cap([RowPlan(1, AcceptanceTracker(0.04), False)]) == 1
 
 
 def test_policy_learns_what_wide_multi_row_passes_really_cost():
     """Calibrated on one row, scoring more tokens looks free; passes over 8 rows say otherwise."""
     flat = CostCurve({1: 0.10, 8: 0.10, 16: 0.11, 32: 0.12, 64: 0.13})
     policy = LoadPolicy(flat)
-    rows = [RowPlan(4, 0.3, False)] * 8
+    rows = [RowPlan(4, AcceptanceTracker(0.3), False)] * 8
     assert policy.cap(rows) > 0  # believed to pay
     for _ in range(3):
         policy.observe_verify(8, 1, 0.20)
@@ -202,10 +202,12 @@ def test_acceptance_tracker_follows_recent_blocks():
     t = AcceptanceTracker()
     for _ in range(20):
         t.update(4, 4)
-    high = t.rate
-    for _ in range(40):  # a full block counts 4 judgements, a first-draft rejection 1
+    assert t.conditional[:4].min() > 0.9 and t.expected_tokens(4) > 4.5
+    for _ in range(40):  # rejected at the first draft: only that position is judged, and it falls
         t.update(4, 0)
-    assert high > 0.9 and t.rate < 0.1
+    assert t.conditional[0] < 0.1 and t.expected_tokens(4) < 1.1
+    # What was learnt of the later positions stays, for when the first draft matches again.
+    assert t.conditional[1:4].min() > 0.9 and t.conditional[4] == 0.5  # never judged: the prior
 
 
 def test_engine_under_a_cpu_like_cost_curve_stops_drafting(small_draft_gen):
@@ -240,7 +242,7 @@ def test_nan_free_with_one_token_prompts(small_draft_gen):
 def test_policy_probes_now_and_then_while_speculation_is_off():
     cpu_like = CostCurve({1: 0.10, 4: 0.40, 8: 0.80, 16: 1.60, 32: 3.2})
     policy = LoadPolicy(cpu_like, CostCurve({1: 0.05, 8: 0.1}), probe_every=8)
-    rows = [RowPlan(4, 0.5, True) for _ in range(8)]
+    rows = [RowPlan(4, AcceptanceTracker(0.5), True) for _ in range(8)]
     caps = [policy.cap(rows) for _ in range(16)]
     assert caps == ([0] * 7 + [1]) * 2
 

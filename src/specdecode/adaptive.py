@@ -3,8 +3,9 @@
 All three only change which tokens are proposed, never how they are verified, so speculation stays
 exact.
 - The cost rule picks the k with the highest expected tokens per second given what passes really
-  cost here (`PassCosts`, learnt from every pass) and this request's recent acceptance a:
-  rate(k) = (1 + a + ... + a^k) / (k * draft_token_s + verify(1 + k)). With an expensive draft
+  cost here (`PassCosts`, learnt from every pass) and this request's recent acceptance by position
+  (c_j: draft j accepted given that the drafts before it were):
+  rate(k) = (1 + c_1 + c_1 c_2 + ... + c_1...c_k) / (k * draft_token_s + verify(1 + k)). With an expensive draft
   (on a CPU the 0.5B draft costs 0.4-0.5 of a target pass) it holds k at 1-3 and moves it with a;
   with free n-gram drafts and a flat verify curve it drafts as far as the lookup reaches, where a
   rejection-driven controller would cut k after every miss and lose the rare long match; and it
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .load_policy import AcceptanceTracker, CostCurve, ema, expected_tokens
+from .load_policy import AcceptanceTracker, CostCurve, ema
 
 
 class PassCosts:
@@ -73,7 +74,7 @@ class AdaptiveK:
         """k for the next pass: what pays best at these costs, else the controller's allowance."""
         if costs is None or not costs.known(proposer):
             return self.k
-        best = self.best_by_cost(costs.per_draft[proposer], costs.verify, self.acceptance.rate)
+        best = self.best_by_cost(costs.per_draft[proposer], costs.verify, self.acceptance)
         if best == 0:
             self.off_streak += 1
             if self.off_streak >= self.probe_every:
@@ -83,11 +84,11 @@ class AdaptiveK:
         self.off_streak = 0
         return best
 
-    def best_by_cost(self, draft_token_s: float, verify: CostCurve, acceptance: float) -> int:
+    def best_by_cost(self, draft_token_s: float, verify: CostCurve, acceptance: AcceptanceTracker) -> int:
         plain = 1.0 / max(verify(1), 1e-9)
         best, best_rate = 0, plain * (1 + self.margin)
         for k in range(1, self.k_max + 1):
-            rate = expected_tokens(acceptance, k) / max(k * draft_token_s + verify(1 + k), 1e-9)
+            rate = acceptance.expected_tokens(k) / max(k * draft_token_s + verify(1 + k), 1e-9)
             if rate > best_rate * (1 + 1e-9):
                 best, best_rate = k, rate
         return best

@@ -216,13 +216,15 @@ class BatchEngine:
         params = req.params
         stats = req.stats
         stats.prompt_tokens = len(req.prompt_ids)
+        acceptance = AcceptanceTracker(prior=self.pooled[name].conditional)
         row = _Row(
             req=req, proposer=name, context=list(req.prompt_ids), generator=params.make_generator(),
             stop_ids=set(params.stop_token_ids) | (set() if params.ignore_eos else set(self.gen.eos_token_ids)),
             text=None,  # set below, it needs the row for its callback
-            adaptive=AdaptiveK(k_max=self.gen.auto_k_max, min_confidence=self.gen.auto_min_confidence)
-            if req.k == "auto" else None,
-            acceptance=AcceptanceTracker(prior=self.pooled[name].rate),
+            # The controller keeps the row's own tracker, which the load policy reads too.
+            adaptive=AdaptiveK(k_max=self.gen.auto_k_max, min_confidence=self.gen.auto_min_confidence,
+                               acceptance=acceptance) if req.k == "auto" else None,
+            acceptance=acceptance,
         )
         row.text = TextStream(self.gen.tokenizer, params.stop, lambda _t, delta: row.pending.append(delta))
         # Like the one-request loop: everything but the last prompt token is prefilled, the last
@@ -246,7 +248,7 @@ class BatchEngine:
                 k = len(drafts)
             elif row.proposer == "none":
                 k = 0
-            plans.append(RowPlan(k, row.acceptance.rate, row.proposer == "draft"))
+            plans.append(RowPlan(k, row.acceptance, row.proposer == "draft"))
             ngram.append(drafts)
         return plans, ngram
 
@@ -338,10 +340,11 @@ class BatchEngine:
         """Book one verified step for a row and emit its tokens; True when the request is finished."""
         req, stats = row.req, row.req.stats
         stats.record_pass(len(drafts), accepted, draft_s, verify_s)
-        row.acceptance.update(len(drafts), accepted)
         self.pooled[row.proposer].update(len(drafts), accepted)
         if row.adaptive:
-            row.adaptive.update(len(drafts), accepted)
+            row.adaptive.update(len(drafts), accepted)  # the row's acceptance too: they share it
+        else:
+            row.acceptance.update(len(drafts), accepted)
         done = False
         emitted = []
         for token in tokens:

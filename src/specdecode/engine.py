@@ -300,7 +300,7 @@ class SpeculativeGenerator:
 
     def new_adaptive(self, proposer: str) -> AdaptiveK:
         return AdaptiveK(k_max=self.auto_k_max, min_confidence=self.auto_min_confidence,
-                         acceptance=AcceptanceTracker(prior=self.pooled(proposer).rate))
+                         acceptance=AcceptanceTracker(prior=self.pooled(proposer).conditional))
 
     @staticmethod
     def _emit(token: int, generated: list[int], text: "TextStream", stop_ids: set[int], params: SamplingParams,
