@@ -1,11 +1,13 @@
 #!/bin/bash
 # Load test of `specdecode serve` with the default pair on loopback: plain vs speculative servers,
-# all started at once (one port each) and driven in turn by `specdecode bench --endpoint` at every
-# concurrency level, the order alternating from level to level: a shared, drifting machine then
-# slows both sides alike instead of whichever server happened to run last.
-# Usage: scripts/load_test.sh OUT_DIR [REQUESTS] [MAX_TOKENS]   (SERVERS="plain ngram" to choose)
+# all started at once (one port each) and driven in turn by `specdecode bench --endpoint`. Each
+# concurrency level runs in ROUNDS rounds of REQUESTS requests per server, the servers' order
+# reversed every round (A B, B A, ...): the machine is shared and its speed drifts by tens of
+# percent within minutes, and this way drift slows both sides alike. scripts/load_table.py pools
+# the rounds of a level.
+# Usage: scripts/load_test.sh OUT_DIR [REQUESTS] [MAX_TOKENS] [ROUNDS]   (SERVERS="plain ngram")
 set -euo pipefail
-OUT=${1:-load-out}; REQUESTS=${2:-12}; MAX_TOKENS=${3:-48}
+OUT=${1:-load-out}; REQUESTS=${2:-8}; MAX_TOKENS=${3:-48}; ROUNDS=${4:-2}
 SD=${SD:-.venv/bin/specdecode}
 SERVERS=${SERVERS:-plain ngram}
 LEVELS=${LEVELS:-1 2 4 8}
@@ -32,12 +34,14 @@ for s in $SERVERS; do
 done
 order=($SERVERS)
 for c in $LEVELS; do
-  for s in "${order[@]}"; do
-    $SD bench --endpoint "http://127.0.0.1:${PORT[$s]}" --concurrency "$c" --requests "$REQUESTS" \
-        --max-new-tokens "$MAX_TOKENS" --temperature 0 --limit 12 --tokenizer default --ignore-eos \
-        --out "$OUT/$s/c$c" > "$OUT/$s.c$c.bench.log" 2>&1 || true
+  for r in $(seq "$ROUNDS"); do
+    for s in "${order[@]}"; do
+      $SD bench --endpoint "http://127.0.0.1:${PORT[$s]}" --concurrency "$c" --requests "$REQUESTS" \
+          --max-new-tokens "$MAX_TOKENS" --temperature 0 --limit 12 --tokenizer default --ignore-eos \
+          --out "$OUT/$s/c$c-r$r" > "$OUT/$s.c$c-r$r.bench.log" 2>&1 || true
+    done
+    order=($(printf '%s\n' "${order[@]}" | tac))  # the other order next round
   done
-  order=($(printf '%s\n' "${order[@]}" | tac))  # the other order at the next level
 done
 for s in $SERVERS; do curl -s "localhost:${PORT[$s]}/metrics" > "$OUT/$s.metrics.txt" || true; done
 .venv/bin/python scripts/load_table.py "$OUT" $SERVERS | tee "$OUT/table.md"

@@ -33,6 +33,22 @@ def small_draft_gen(target_model, tok):
 
 
 @pytest.fixture(scope="session")
+def near_draft_gen(target_model, tok):
+    """A draft close to the target (its LM head perturbed): overlapping supports, frequent but not
+    constant rejections, the case where the residual matters."""
+    import copy
+
+    import torch
+
+    draft = copy.deepcopy(target_model)
+    with torch.no_grad():
+        torch.manual_seed(7)
+        head = draft.lm_head.weight
+        head.add_(torch.randn_like(head) * head.std())
+    return SpeculativeGenerator.from_models(target_model, tok, "draft", draft, tok)
+
+
+@pytest.fixture(scope="session")
 def tiny_dirs(tmp_path_factory, tok):
     """Target, draft and a draft with another vocabulary, saved as checkpoints on disk."""
     root = tmp_path_factory.mktemp("tiny-models")

@@ -228,22 +228,6 @@ def batched_samples(gen, monkeypatch=None):
     return Counter(tuple(r.generated) for r in ours)
 
 
-@pytest.fixture(scope="module")
-def near_draft_gen(target_model, tok):
-    """A draft close to the target (its LM head perturbed): overlapping supports, frequent but not
-    constant rejections, the case where the residual matters."""
-    import copy
-
-    from specdecode import SpeculativeGenerator
-
-    draft = copy.deepcopy(target_model)
-    with torch.no_grad():
-        torch.manual_seed(7)
-        head = draft.lm_head.weight
-        head.add_(torch.randn_like(head) * head.std())
-    return SpeculativeGenerator.from_models(target_model, tok, "draft", draft, tok)
-
-
 def test_batched_engine_joint_distribution(near_draft_gen, target_model):
     counts = batched_samples(near_draft_gen)
     result = one_sample(counts, exact_model_joint(target_model, BATCH_PROMPT, TOPK, 3), alpha=ALPHA)

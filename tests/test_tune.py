@@ -90,3 +90,70 @@ def test_plain_is_recommended_when_no_proposer_pays():
     best = recommend(preds)
     assert (best.proposer, best.k) == ("none", 0)
     assert best.predicted_tokens_per_s == pytest.approx(1 / 0.11)
+
+
+def test_acceptance_chances_by_hand():
+    import torch
+
+    from specdecode import SamplingParams
+    from specdecode.engine import verify_drafts
+
+    logits = torch.log(torch.tensor([[0.1, 0.6, 0.2, 0.1], [0.5, 0.1, 0.3, 0.1], [0.25, 0.25, 0.25, 0.25]]))
+    q = torch.tensor([[[0.1, 0.3, 0.5, 0.1], [0.1, 0.1, 0.6, 0.2]]])
+    _, _, chances = verify_drafts(logits, [1, 2], q, SamplingParams(temperature=1.0), torch.Generator().manual_seed(0))
+    assert chances == pytest.approx([1.0, 0.5])  # min(1, 0.6 / 0.3), min(1, 0.3 / 0.6)
+    _, accepted, chances = verify_drafts(logits, [1, 0], None, SamplingParams(temperature=0.0), None)
+    assert chances == [1.0, 1.0] and accepted == 2  # greedy: one-hot p and q, the argmax is certain
+    _, accepted, chances = verify_drafts(logits, [2, 0], None, SamplingParams(temperature=0.0), None)
+    assert chances == [0.0, 1.0] and accepted == 0
+
+
+def test_record_pass_books_the_chance_of_reaching_each_position():
+    from specdecode.engine import GenerationStats
+
+    s = GenerationStats()
+    s.record_pass(3, 1, 0.0, 0.0, [0.9, 0.5, 0.8])
+    s.record_pass(2, 2, 0.0, 0.0)  # no chances given: the realised outcome stands in
+    assert s.accepted_per_position == [2, 1, 0]
+    assert s.expected_per_position == pytest.approx([1.9, 1.45, 0.36])
+
+
+def run_totals(gen, runs=300):
+    """Per seeded sampled run: drafts accepted (realised) and their expected count (chances)."""
+    from specdecode import SamplingParams
+
+    realised, expected = [], []
+    for seed in range(runs):
+        out = gen.generate("ab", SamplingParams(max_new_tokens=8, temperature=1.0, seed=seed, ignore_eos=True), k=3,
+                           chat=False, proposer="draft")
+        realised.append(sum(out.stats["accepted_per_position"]))
+        expected.append(sum(out.stats["expected_per_position"]))
+    return realised, expected
+
+
+def test_expected_acceptance_has_the_mean_of_the_realised_one_and_less_noise(near_draft_gen):
+    import numpy as np
+    from scipy import stats
+
+    realised, expected = map(np.asarray, run_totals(near_draft_gen))
+    # Same expectation: the paired differences have mean 0 (two-sided t-test at 0.1%, 300 runs).
+    assert stats.ttest_1samp(realised - expected, 0.0).pvalue > 1e-3
+    assert expected.var() < realised.var()
+
+
+def test_control_a_biased_chance_is_detected(near_draft_gen, monkeypatch):
+    """The same test rejects chances that are too low (c^2 instead of c): it can fail."""
+    import numpy as np
+    from scipy import stats
+
+    from specdecode import engine
+
+    real = engine.verify_drafts
+
+    def squared(*args, **kwargs):
+        tokens, accepted, chances = real(*args, **kwargs)
+        return tokens, accepted, [c * c for c in chances]
+
+    monkeypatch.setattr(engine, "verify_drafts", squared)
+    realised, expected = map(np.asarray, run_totals(near_draft_gen))
+    assert stats.ttest_1samp(realised - expected, 0.0).pvalue < 1e-3

@@ -29,6 +29,7 @@ from .adaptive import AdaptiveK
 from .backends.hf_batch import BatchRunner
 from .engine import GenerationStats, RequestError, SpeculativeGenerator, StepRecord, check_k, verify_drafts
 from .load_policy import AcceptanceTracker, CostCurve, LoadPolicy, RowPlan
+from .loading import torch_model
 from .models import ModelError
 from .proposers.draft import common_prefix, next_draft
 from .sampling import SamplingParams
@@ -91,14 +92,14 @@ class BatchEngine:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         drafter = gen.proposers.get("draft")
         for role, runner in (("target", gen.target), ("draft", drafter.runner if drafter else None)):
-            if runner is not None and not hasattr(runner, "model"):
+            if runner is not None and torch_model(runner) is None:
                 raise ModelError(f"batched serving keeps one KV cache for many requests, which the {role}'s "
                                  f"{type(runner).__name__} backend does not offer: load the {role} with hf:")
         self.gen = gen
         self.max_batch = max_batch
         self.max_waiting = max_waiting
-        self.target = BatchRunner(gen.target.model)
-        self.draft = BatchRunner(drafter.runner.model) if drafter is not None else None
+        self.target = BatchRunner(torch_model(gen.target))
+        self.draft = BatchRunner(torch_model(drafter.runner)) if drafter is not None else None
         self.rows: list[_Row] = []  # target cache rows, in order
         self.draft_rows: list[_Row] = []  # draft cache rows, in order (draft-model requests only)
         self.waiting: deque[BatchRequest] = deque()
@@ -178,12 +179,12 @@ class BatchEngine:
         logits, _ = self.target.forward(feeds)
         results = [verify_drafts(logits[b], drafts[b], qs[b], row.req.params, row.generator)
                    for b, row in enumerate(self.rows)]
-        self.target.rollback([len(d) - accepted for d, (_, accepted) in zip(drafts, results)])
+        self.target.rollback([len(d) - accepted for d, (_, accepted, _) in zip(drafts, results)])
         t2 = time.perf_counter()
         self.policy.observe_verify(len(feeds), max(len(f) for f in feeds), t2 - t1)
 
         finished = []
-        for row, d, (tokens, accepted) in zip(self.rows, drafts, results):
+        for row, d, (tokens, accepted, _) in zip(self.rows, drafts, results):
             if self._commit(row, d, tokens, accepted, t1 - t0, t2 - t1):
                 finished.append(row)
         self._leave(finished, None)

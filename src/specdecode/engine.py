@@ -48,6 +48,11 @@ class GenerationStats:
     accepted_tokens: int = 0
     drafted_per_position: list[int] = field(default_factory=list)
     accepted_per_position: list[int] = field(default_factory=list)
+    # Per position, the sum over passes of the chance that the pass accepted it: c_1 * ... * c_i with
+    # c_j = min(1, p(x_j) / q(x_j)) for the drafted x_j. It has the expectation of the realised
+    # counts above (the uniforms of the rejection step integrated out) and, sampling, far less noise,
+    # and it counts positions after the first rejection too: what `tune` builds its predictions on.
+    expected_per_position: list[float] = field(default_factory=list)
     prefill_s: float = 0.0
     draft_s: float = 0.0
     verify_s: float = 0.0
@@ -56,22 +61,25 @@ class GenerationStats:
     finish_reason: str = "length"
     steps: list[StepRecord] = field(default_factory=list)
 
-    def record_pass(self, drafted: int, accepted: int, draft_s: float, verify_s: float) -> None:
-        """One verification pass that checked `drafted` tokens and accepted `accepted`."""
+    def record_pass(self, drafted: int, accepted: int, draft_s: float, verify_s: float,
+                    chances: Sequence[float] = ()) -> None:
+        """One verification pass that checked `drafted` tokens and accepted `accepted`; chances:
+        each draft's min(1, p/q), when known."""
         self.draft_s += draft_s
         self.verify_s += verify_s
         self.target_passes += 1
         self.drafted_tokens += drafted
         self.accepted_tokens += accepted
-        self.record_positions(drafted, accepted)
-
-    def record_positions(self, drafted: int, accepted: int) -> None:
         while len(self.drafted_per_position) < drafted:
             self.drafted_per_position.append(0)
             self.accepted_per_position.append(0)
+            self.expected_per_position.append(0.0)
+        reach = 1.0
         for i in range(drafted):
             self.drafted_per_position[i] += 1
             self.accepted_per_position[i] += int(i < accepted)
+            reach *= chances[i] if len(chances) == drafted else float(i < accepted)
+            self.expected_per_position[i] += reach
 
     def as_dict(self) -> dict:
         decode_s = self.total_s - self.ttft_s
@@ -88,6 +96,7 @@ class GenerationStats:
             ],
             "drafted_per_position": list(self.drafted_per_position),
             "accepted_per_position": list(self.accepted_per_position),
+            "expected_per_position": list(self.expected_per_position),
             "tokens_per_s": self.new_tokens / self.total_s if self.total_s > 0 else 0.0,
             "decode_tokens_per_s": (self.new_tokens - 1) / decode_s if decode_s > 0 and self.new_tokens > 1 else 0.0,
             "ttft_s": self.ttft_s,
@@ -260,13 +269,13 @@ class SpeculativeGenerator:
 
             # Verify: the last emitted token and all drafts at their positions, in one target pass.
             logits = self.target.forward([context[-1]] + drafts, all_logits=True)
-            emitted_tokens, accepted = verify_drafts(logits, drafts, q, params, generator)
+            emitted_tokens, accepted, chances = verify_drafts(logits, drafts, q, params, generator)
             # Commit: the cache keeps the context and the accepted drafts; the last emitted token is
             # fed with the next pass, so everything after is dropped.
             self.target.truncate(len(context) + accepted)
             t2 = time.perf_counter()
 
-            stats.record_pass(len(drafts), accepted, t1 - t0, t2 - t1)
+            stats.record_pass(len(drafts), accepted, t1 - t0, t2 - t1, chances)
             self.pass_costs.observe(name, len(drafts), t1 - t0, 1 + len(drafts), t2 - t1)
             self.pooled(name).update(len(drafts), accepted)
             if adaptive:
@@ -326,13 +335,20 @@ def check_k(k) -> None:
 
 
 def verify_drafts(logits: torch.Tensor, drafts: list[int], q: torch.Tensor | None, params: SamplingParams,
-                  generator: torch.Generator | None) -> tuple[list[int], int]:
+                  generator: torch.Generator | None) -> tuple[list[int], int, list[float]]:
     """One sequence's rejection step: target logits [1 + len(drafts), V] for the last emitted token
-    and each draft, q [1, len(drafts), V] or None. Returns (tokens to emit, drafts accepted)."""
+    and each draft, q [1, len(drafts), V] or None. Returns (tokens to emit, drafts accepted, and
+    each draft's chance of acceptance min(1, p/q), which `tune` uses: see GenerationStats)."""
     p = probs_from_logits(logits[: len(drafts) + 1], params).unsqueeze(0)
-    tokens, num_accepted = rejection_sample(torch.tensor([drafts], dtype=torch.long), q, p, generator)
+    draft_ids = torch.tensor([drafts], dtype=torch.long)
+    tokens, num_accepted = rejection_sample(draft_ids, q, p, generator)
     accepted = int(num_accepted[0])
-    return tokens[0, : accepted + 1].tolist(), accepted
+    chances = []
+    if drafts:
+        p_x = p[0, : len(drafts)].gather(-1, draft_ids[0].unsqueeze(-1)).squeeze(-1)
+        q_x = torch.ones_like(p_x) if q is None else q[0].gather(-1, draft_ids[0].unsqueeze(-1)).squeeze(-1)
+        chances = torch.where(q_x > 0, (p_x / q_x.clamp(min=1e-30)).clamp(max=1.0), torch.ones_like(p_x)).tolist()
+    return tokens[0, : accepted + 1].tolist(), accepted, chances
 
 
 def chat_ids(tokenizer, messages: list[dict]) -> list[int]:

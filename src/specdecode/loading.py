@@ -47,28 +47,30 @@ def load_draft(spec: str, dtype: str, target_model, tokenizer):
     return draft_model, draft_tokenizer
 
 
+def is_runner(model) -> bool:
+    """A ModelRunner (every runner names its backend), not a bare transformers model."""
+    return hasattr(model, "backend")
+
+
 def as_runner(model):
     """A ModelRunner: transformers models are wrapped, runners of other backends pass through."""
-    return model if hasattr(model, "truncate") else HFRunner(model)
+    return model if is_runner(model) else HFRunner(model)
 
 
 def vocab_width(model) -> int:
-    return model.vocab_size if hasattr(model, "truncate") else logit_width(model)
+    return model.vocab_size if is_runner(model) else logit_width(model)
 
 
 def backend_name(model) -> str:
     """The backend running a model or runner, as the bench reports it."""
-    kind = type(model).__name__
-    if kind == "LlamaCppRunner":
-        return "llamacpp"
-    if kind == "StaticRunner":
-        return "torch-compiled" if model.compiled else "torch-static"
-    return "torch"
+    return model.backend if is_runner(model) else "torch"
 
 
 def torch_model(model):
     """The transformers model behind a model or a torch runner (None for other backends)."""
-    return model if backend_name(model) == "torch" else getattr(model, "model", None)
+    if not is_runner(model):
+        return model
+    return model.model if model.backend.startswith("torch") else None
 
 
 def backend_of(spec: str) -> str:

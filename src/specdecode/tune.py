@@ -3,7 +3,9 @@
 tokens/s(k) = E_k / (draft cost of k tokens + verify cost of the pass + per-pass overhead), where
 E_k = 1 + sum_{i<k} A_i is the expected number of tokens a pass emits and A_i the measured fraction
 of passes that accepted draft i (drafts are accepted in order, so A_i already includes the chance of
-reaching position i). One acceptance run at k_max gives A_i for every smaller k; the verify cost is
+reaching position i). A_i is counted from each pass's acceptance chances (the product of
+min(1, p/q) up to position i) rather than from its realised accept/reject draws: the same
+expectation, with the rejection step's own randomness integrated out. One acceptance run at k_max gives A_i for every smaller k; the verify cost is
 measured for every width because on CPUs it is not flat (see the README).
 """
 
@@ -112,8 +114,11 @@ def acceptance_from(runs: list[dict], proposer: str, k_max: int) -> Acceptance:
     passes = 0
     other = draft = verify = 0.0
     for s in runs:
-        n = len(s["accepted_per_position"])
-        accepted[:n] += s["accepted_per_position"]
+        # The expected counts (acceptance chances, see GenerationStats) rather than the realised
+        # ones: the same mean, and at temperature > 0 much less noise from a few sampled runs.
+        per_position = s.get("expected_per_position", s["accepted_per_position"])
+        n = len(per_position)
+        accepted[:n] += per_position
         drafted[:n] += s["drafted_per_position"]
         passes += s["target_passes"]
         other += s["other_s"]

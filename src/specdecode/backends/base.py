@@ -12,6 +12,7 @@ class ModelRunner(Protocol):
 
     vocab_size: int  # width of the logits it returns
     max_context: int  # positions the model supports
+    backend: str  # what runs it, as reports name it: torch, torch-static, torch-compiled, llamacpp
 
     @property
     def length(self) -> int:

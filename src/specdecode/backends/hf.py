@@ -132,6 +132,8 @@ class HFRunner:
     transformers 5 API), which slices views and copies nothing.
     """
 
+    backend = "torch"
+
     def __init__(self, model: PreTrainedModel):
         self.model = model
         self.device = next(model.parameters()).device

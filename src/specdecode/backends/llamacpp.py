@@ -102,6 +102,8 @@ def load_llama(path: str | Path, n_ctx: int = 4096, n_threads: int | None = None
 class LlamaCppRunner:
     """ModelRunner over one llama.cpp context (one sequence)."""
 
+    backend = "llamacpp"
+
     def __init__(self, llm, gguf: Path | None = None):
         self.llm = llm
         self.gguf = gguf
