@@ -5,8 +5,9 @@ exact.
 - The cost rule picks the k with the highest expected tokens per second given what passes really
   cost here (`PassCosts`, learnt from every pass) and this request's recent acceptance by position
   (c_j: draft j accepted given that the drafts before it were):
-  rate(k) = (1 + c_1 + c_1 c_2 + ... + c_1...c_k) / (k * draft_token_s + verify(1 + k)). With an expensive draft
-  (on a CPU the 0.5B draft costs 0.4-0.5 of a target pass) it holds k at 1-3 and moves it with a;
+  rate(k) = (1 + c_1 + c_1 c_2 + ... + c_1...c_k) / (k * draft_token_s + verify(1 + k)). With an
+  expensive draft (on a CPU the 0.5B draft costs 0.4-0.5 of a target pass) it holds k at 1-3 and
+  moves it with the acceptance;
   with free n-gram drafts and a flat verify curve it drafts as far as the lookup reaches, where a
   rejection-driven controller would cut k after every miss and lose the rare long match; and it
   turns drafting off (k = 0, plain decoding, with a periodic one-token probe so that a change in

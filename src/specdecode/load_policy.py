@@ -4,8 +4,8 @@ A pass over B rows that each score 1 + k tokens costs about verify(B * (1 + k)) 
 almost verify(B) on a GPU until the batch is compute-bound); drafting costs k draft passes over the
 draft rows. Row b emits E_b(k) = 1 + c_1 + c_1 c_2 + ... + c_1...c_k tokens on average, c_j its
 recent acceptance at draft position j given that the drafts before it were accepted. The step's cap
-on k is the one that maximises sum_b E_b(k) / cost(k); k = 0 is plain decoding, so under heavy load or low acceptance speculation turns itself off instead of slowing
-everyone down. Costs start from a short one-row calibration and follow every real pass (moving
+on k is the one that maximises sum_b E_b(k) / cost(k); k = 0 is plain decoding, so under heavy load
+or low acceptance speculation turns itself off instead of slowing everyone down. Costs start from a short one-row calibration and follow every real pass (moving
 averages keyed by rows and width; a width not yet seen at B rows is the one-row curve scaled by
 what B-row passes cost against it), so the policy adapts to the machine it runs on and its load.
 """
@@ -71,8 +71,7 @@ class LoadPolicy:
         # rows the margin is wider. The step speculates when the rows' recent acceptance is high,
         # which is partly luck that does not carry into the next block (the optimiser's curse);
         # profiled at 4 rows on a CPU, steps the policy chose with a 5% margin came out between
-        # -5% and +1% against plain steps. And rows that accept drafts drift out of step, so later
-        # prefills land between their decode steps instead of between waves.
+        # -5% and +1% against plain steps.
         self.margin = margin
         self.batch_margin = batch_margin
         self.enabled = enabled
