@@ -5,9 +5,10 @@ almost verify(B) on a GPU until the batch is compute-bound); drafting costs k dr
 draft rows. Row b emits E_b(k) = 1 + c_1 + c_1 c_2 + ... + c_1...c_k tokens on average, c_j its
 recent acceptance at draft position j given that the drafts before it were accepted. The step's cap
 on k is the one that maximises sum_b E_b(k) / cost(k); k = 0 is plain decoding, so under heavy load
-or low acceptance speculation turns itself off instead of slowing everyone down. Costs start from a short one-row calibration and follow every real pass (moving
-averages keyed by rows and width; a width not yet seen at B rows is the one-row curve scaled by
-what B-row passes cost against it), so the policy adapts to the machine it runs on and its load.
+or low acceptance speculation turns itself off instead of slowing everyone down. Costs start from a
+short one-row calibration and follow every real pass (moving averages keyed by rows and width; a
+width not yet seen at B rows is the one-row curve scaled by what B-row passes cost against it), so
+the policy adapts to the machine it runs on and its load.
 """
 
 from __future__ import annotations
@@ -146,7 +147,8 @@ class AcceptanceTracker:
         self.accepted = np.broadcast_to(np.asarray(prior, dtype=float), (positions,)) * weight
         self.judged = np.full(positions, float(weight))
         self.decay = decay
-        # All positions together, decayed every pass: the recent average rate, for reports.
+        # All positions together, decayed every pass: the recent average rate (`rate`; tests and
+        # debugging read it, the policies use the per-position counts).
         self.overall = [float(self.accepted[0]), float(weight)]
 
     def update(self, drafted: int, accepted: int) -> None:

@@ -5,7 +5,8 @@ E_k = 1 + sum_{i<k} A_i is the expected number of tokens a pass emits and A_i th
 of passes that accepted draft i (drafts are accepted in order, so A_i already includes the chance of
 reaching position i). A_i is counted from each pass's acceptance chances (the product of
 min(1, p/q) up to position i) rather than from its realised accept/reject draws: the same
-expectation, with the rejection step's own randomness integrated out. One acceptance run at k_max gives A_i for every smaller k; the verify cost is
+expectation, with the rejection step's own randomness integrated out. One acceptance run at k_max
+gives A_i for every smaller k; the verify cost is
 measured for every width because on CPUs it is not flat (see the README).
 """
 

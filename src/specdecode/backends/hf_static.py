@@ -34,10 +34,13 @@ class StaticRunner:
         self.cache = self._new_cache(self.capacity)
         self._length = 0
         self.compiled = compile
-        self.backend = "torch-compiled" if compile else "torch-static"
         self.compile_s = 0.0  # time spent in the first compiled calls (tracing and code generation)
         self._step = torch.compile(self._forward, dynamic=False) if compile else self._forward
         self._compiled_shapes: set[int] = set()
+
+    @property
+    def backend(self) -> str:
+        return "torch-compiled" if self.compiled else "torch-static"
 
     def _new_cache(self, capacity: int) -> StaticCache:
         return StaticCache(config=self.model.config, max_cache_len=capacity)
