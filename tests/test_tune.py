@@ -157,3 +157,31 @@ def test_control_a_biased_chance_is_detected(near_draft_gen, monkeypatch):
     monkeypatch.setattr(engine, "verify_drafts", squared)
     realised, expected = map(np.asarray, run_totals(near_draft_gen))
     assert stats.ttest_1samp(realised - expected, 0.0).pvalue < 1e-3
+
+
+def test_proposers_share_one_verify_scale():
+    """Each acceptance run would scale the curve by its own minutes on the machine; the comparison
+    between proposers uses one scale pooled over their passes."""
+    from specdecode.tune import candidates
+
+    costs = Costs(verify_s={1: 0.10, 2: 0.10, 3: 0.10}, draft_token_s=0.0, lookup_s=0.0)
+    fast = Acceptance("draft", 2, accepted_at=[0.5, 0.2], drafted_at=[1, 1], other_per_pass_s=0.0,
+                      passes=100, verify_per_pass_s=0.10)
+    slow = Acceptance("ngram", 2, accepted_at=[0.5, 0.2], drafted_at=[1, 1], other_per_pass_s=0.0,
+                      passes=300, verify_per_pass_s=0.20)
+    preds = candidates(costs, {"draft": fast, "ngram": slow}, [2])
+    scale = (100 * 0.10 + 300 * 0.20) / (400 * 0.10)
+    assert [p.costs["verify_s"] for p in preds] == pytest.approx([0.10 * scale] * 3)
+    # Alone, each would have been scaled by its own run.
+    assert predict(costs, fast, 2).costs["verify_s"] == pytest.approx(0.10)
+    assert predict(costs, slow, 2).costs["verify_s"] == pytest.approx(0.20)
+
+
+def test_verify_curve_is_fitted_non_decreasing():
+    from specdecode.tune import monotone
+
+    fitted = monotone({1: 0.20, 2: 0.22, 3: 0.25, 4: 0.27, 5: 0.21, 6: 0.25, 7: 0.22})
+    values = [fitted[w] for w in sorted(fitted)]
+    assert all(a <= b + 1e-12 for a, b in zip(values, values[1:]))
+    assert fitted[1] == pytest.approx(0.20) and fitted[2] == pytest.approx(0.22)
+    assert monotone({1: 0.1, 2: 0.2}) == pytest.approx({1: 0.1, 2: 0.2})  # already monotone: unchanged

@@ -689,11 +689,9 @@ def tune(
         task = progress.add_task("measuring verify and draft costs", total=None)
         median_prompt = sorted(ids, key=len)[len(ids) // 2]
         costs = tuner.measure_costs(gen, median_prompt, max_width=k_max + 1)
-        runs = {}
-        for name in names:
-            progress.update(task, description=f"acceptance of {name} at k={k_max}", total=len(ids), completed=0)
-            runs[name] = tuner.measure_acceptance(gen, ids, name, k_max, params,
-                                                  progress=lambda: progress.advance(task))
+        progress.update(task, description=f"acceptance of {', '.join(names)} at k={k_max}",
+                        total=len(ids) * len(names), completed=0)
+        runs = tuner.measure_acceptance(gen, ids, names, k_max, params, progress=lambda: progress.advance(task))
         accs = {n: tuner.acceptance_from(r, n, k_max) for n, r in runs.items()}
         predictions = tuner.candidates(costs, accs, k_values)
         best = tuner.recommend(predictions)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from scipy.optimize import isotonic_regression
 
 from .engine import SpeculativeGenerator
 from .sampling import SamplingParams
@@ -64,30 +65,36 @@ class Prediction:
 
 @torch.inference_mode()
 def measure_costs(gen: SpeculativeGenerator, prompt_ids: list[int], max_width: int = 16, repeats: int = 5) -> Costs:
+    """The target's verify pass by width, the draft's cost per token and one n-gram lookup.
+
+    Widths are timed in rounds (1..max, then max..1, ...), not one width after the other: this
+    machine's speed drifts by tens of percent within minutes, and timing the widths in sequence
+    would read that drift as a slope. A pass over more tokens never costs less, so the medians are
+    then fitted non-decreasing (isotonic regression): a dip at one width is noise, not a bargain.
+    """
     target = gen.target
     target.reset()
     target.forward(prompt_ids[:-1])
     base = target.length
-    verify = {}
-    for width in range(1, max_width + 1):
-        times = []
-        for _ in range(repeats):
+    times: dict[int, list[float]] = {w: [] for w in range(1, max_width + 1)}
+    for r in range(repeats):
+        for width in range(1, max_width + 1) if r % 2 == 0 else range(max_width, 0, -1):
             t0 = time.perf_counter()
             target.forward(prompt_ids[-1:] + [prompt_ids[-1]] * (width - 1), all_logits=True)
-            times.append(time.perf_counter() - t0)
+            times[width].append(time.perf_counter() - t0)
             target.truncate(base)
-        verify[width] = statistics.median(times)
+    verify = monotone({w: statistics.median(t) for w, t in times.items()})
     draft_s = 0.0
     if "draft" in gen.proposers:
         runner = gen.proposers["draft"].runner
         runner.reset()
         runner.forward(prompt_ids)
-        times = []
+        draft_times = []
         for i in range(repeats * 2):
             t0 = time.perf_counter()
             runner.forward([prompt_ids[-1 - (i % 4)]])
-            times.append(time.perf_counter() - t0)
-        draft_s = statistics.median(times)
+            draft_times.append(time.perf_counter() - t0)
+        draft_s = statistics.median(draft_times)
     from .proposers.ngram import lookup
 
     arr = np.asarray(prompt_ids * 4)
@@ -97,14 +104,24 @@ def measure_costs(gen: SpeculativeGenerator, prompt_ids: list[int], max_width: i
     return Costs(verify, draft_s, (time.perf_counter() - t0) / 20)
 
 
-def measure_acceptance(gen: SpeculativeGenerator, prompts: list[list[int]], proposer: str, k_max: int,
-                       params: SamplingParams, progress=None) -> list[dict]:
-    """Run every prompt at k_max; the per-prompt stats, to be pooled by `acceptance_from`."""
-    runs = []
-    for ids in prompts:
-        runs.append(gen.generate(ids, params, k=k_max, chat=False, proposer=proposer).stats)
-        if progress:
-            progress()
+def monotone(by_width: dict[int, float]) -> dict[int, float]:
+    """The closest non-decreasing curve (least squares) through the measured medians."""
+    widths = sorted(by_width)
+    fitted = isotonic_regression([by_width[w] for w in widths]).x
+    return {w: float(t) for w, t in zip(widths, fitted)}
+
+
+def measure_acceptance(gen: SpeculativeGenerator, prompts: list[list[int]], proposers: list[str], k_max: int,
+                       params: SamplingParams, progress=None) -> dict[str, list[dict]]:
+    """Run every prompt at k_max with each proposer; per proposer, the per-prompt stats, to be pooled
+    by `acceptance_from`. The proposers take turns on each prompt, in alternating order, so that
+    the machine's drift falls on all of them alike (their passes set the verify scale they share)."""
+    runs: dict[str, list[dict]] = {name: [] for name in proposers}
+    for i, ids in enumerate(prompts):
+        for name in proposers if i % 2 == 0 else proposers[::-1]:
+            runs[name].append(gen.generate(ids, params, k=k_max, chat=False, proposer=name).stats)
+            if progress:
+                progress()
     return runs
 
 
@@ -130,7 +147,9 @@ def acceptance_from(runs: list[dict], proposer: str, k_max: int) -> Acceptance:
                       draft / passes, passes, verify / passes)
 
 
-def predict(costs: Costs, acc: Acceptance, k: int) -> Prediction:
+def predict(costs: Costs, acc: Acceptance, k: int, scale: float | None = None) -> Prediction:
+    """tokens/s of `acc.proposer` at k; `scale` corrects the bare verify curve to real passes
+    (`verify_scale`), from this acceptance run alone unless given."""
     k = min(k, acc.k_max)
     tokens = 1.0 + sum(acc.accepted_at[:k])
     width = 1.0 + sum(min(1.0, d) for d in acc.drafted_at[:k])  # average tokens scored per pass
@@ -138,35 +157,43 @@ def predict(costs: Costs, acc: Acceptance, k: int) -> Prediction:
         draft = (width - 1.0) * costs.draft_token_s
     else:
         draft = costs.lookup_s if k else 0.0
-    verify = costs.verify(width) * verify_scale(costs, acc)
+    verify = costs.verify(width) * (verify_scale(costs, [acc]) if scale is None else scale)
     pass_s = draft + verify + acc.other_per_pass_s
     return Prediction(acc.proposer, k, tokens, pass_s, tokens / pass_s,
                       costs={"draft_s": draft, "verify_s": verify, "other_s": acc.other_per_pass_s})
 
 
-def predict_plain(costs: Costs, acc: Acceptance) -> Prediction:
+def predict_plain(costs: Costs, acc: Acceptance, scale: float | None = None) -> Prediction:
     """Plain decoding (proposer none, k=0) under the same cost model: one token per width-1 pass."""
-    verify = costs.verify(1) * verify_scale(costs, acc)
+    verify = costs.verify(1) * (verify_scale(costs, [acc]) if scale is None else scale)
     pass_s = verify + acc.other_per_pass_s
     return Prediction("none", 0, 1.0, pass_s, 1.0 / pass_s,
                       costs={"draft_s": 0.0, "verify_s": verify, "other_s": acc.other_per_pass_s})
 
 
 def candidates(costs: Costs, accs: dict[str, Acceptance], k_values: list[int]) -> list[Prediction]:
-    """Plain decoding, then every (proposer, k): where no proposer pays, the advice is not to speculate."""
+    """Plain decoding, then every (proposer, k): where no proposer pays, the advice is not to speculate.
+    All of them under one verify scale, so that the proposers are compared on the same costs."""
+    scale = verify_scale(costs, list(accs.values()))
     first = next(iter(accs.values()))
-    return [predict_plain(costs, first)] + [predict(costs, acc, k) for acc in accs.values() for k in k_values]
+    return [predict_plain(costs, first, scale)] + [predict(costs, acc, k, scale) for acc in accs.values()
+                                                   for k in k_values]
 
 
-def verify_scale(costs: Costs, acc: Acceptance) -> float:
+def verify_scale(costs: Costs, accs: list[Acceptance]) -> float:
     """Real passes cost more than the bare forward timed on the median prompt: contexts are longer
     (the long-prompt categories), and sampling and the rejection step come with every pass. The
-    acceptance run's passes measured that; scale the curve so that it agrees at their width."""
-    if not acc.verify_per_pass_s:
-        return 1.0
-    width = 1.0 + sum(min(1.0, d) for d in acc.drafted_at)
-    modelled = costs.verify(width)
-    return acc.verify_per_pass_s / modelled if modelled > 0 else 1.0
+    acceptance runs' passes measured that; scale the curve so that it agrees with them in total.
+    One scale for all proposers: each proposer's own would carry the drift of the minutes its run
+    happened to take, and pick the proposer that ran while the machine was fast."""
+    measured = modelled = 0.0
+    for acc in accs:
+        if acc.verify_per_pass_s:
+            width = 1.0 + sum(min(1.0, d) for d in acc.drafted_at)
+            weight = max(acc.passes, 1)
+            measured += acc.verify_per_pass_s * weight
+            modelled += costs.verify(width) * weight
+    return measured / modelled if measured > 0 and modelled > 0 else 1.0
 
 
 def recommend(predictions: list[Prediction]) -> Prediction:
