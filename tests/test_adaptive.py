@@ -90,25 +90,47 @@ def test_cost_cap_follows_draft_cost_and_acceptance():
     assert c.best_by_cost(0.01, flat, AcceptanceTracker(0.8)) > c.best_by_cost(0.03, flat, AcceptanceTracker(0.8))  # cheaper draft, longer k
 
 
-def test_next_k_follows_the_costs_and_probes_while_off():
-    from specdecode.adaptive import PassCosts
+def test_choice_follows_the_costs_and_probes_while_off():
+    from specdecode.adaptive import PassCosts, SourceChoice
 
     costs = PassCosts()
     c = AdaptiveK(k_max=8, k=8)
-    assert c.next_k(costs, "draft") == 8  # nothing measured yet: the controller alone
+    auto = SourceChoice({"draft": c})
+    assert auto.choose(costs, {"draft": 8}) == ("draft", 8)  # nothing measured yet: the controller alone
     costs.observe("draft", drafted=4, draft_s=0.2, width=5, verify_s=0.1)
     costs.observe("draft", drafted=0, draft_s=0.0, width=1, verify_s=0.1)
     assert costs.per_draft["draft"] == 0.05
     for _ in range(20):
-        c.update(drafted=8, accepted=8)  # high acceptance, but each draft costs half a pass
+        auto.update("draft", drafted=8, accepted=8)  # high acceptance, but each draft costs half a pass
     best = c.best_by_cost(0.05, costs.verify, c.acceptance)
-    assert c.acceptance.rate > 0.9 and 1 < best < 8 and c.next_k(costs, "draft") == best
+    assert c.acceptance.rate > 0.9 and 1 < best < 8 and auto.choose(costs, {"draft": 8}) == ("draft", best)
     c.k = 1  # once costs are known the cost rule decides, not the controller's allowance
-    assert c.next_k(costs, "draft") == best
+    assert auto.choose(costs, {"draft": 8}) == ("draft", best)
     for _ in range(30):
-        c.update(drafted=1, accepted=0)
-    ks = [c.next_k(costs, "draft") for _ in range(32)]
+        auto.update("draft", drafted=1, accepted=0)
+    ks = [auto.choose(costs, {"draft": 8})[1] for _ in range(32)]
     assert ks.count(1) == 2 and set(ks) == {0, 1}  # off, with a one-token probe every 16 passes
+
+
+def test_choice_between_sources_follows_their_acceptance_and_cost():
+    """The hybrid: free lookup drafts where they are accepted, the dear draft model elsewhere."""
+    from specdecode.adaptive import PassCosts, SourceChoice
+
+    costs = PassCosts()
+    costs.verify = CostCurve({1: 0.1, 9: 0.11})
+    costs.per_draft = {"ngram": 0.0, "draft": 0.04}
+    lookup, model = AdaptiveK(k_max=8, acceptance=AcceptanceTracker(0.9)), AdaptiveK(k_max=8, acceptance=AcceptanceTracker(0.7))
+    auto = SourceChoice({"ngram": lookup, "draft": model})
+    source, k = auto.choose(costs, {"ngram": 6, "draft": 8})
+    assert source == "ngram" and k == 6  # a good match: as far as it reaches
+    assert auto.choose(costs, {"ngram": 0, "draft": 8}) == ("draft", model.best_by_cost(0.04, costs.verify,
+                                                                                        model.acceptance))
+    for _ in range(40):
+        auto.update("ngram", drafted=6, accepted=0)  # the lookup's matches stop being accepted
+    assert auto.choose(costs, {"ngram": 6, "draft": 8})[0] == "draft"
+    # A source whose cost is not measured yet drafts at its controller's allowance, to be measured.
+    del costs.per_draft["draft"]
+    assert auto.choose(costs, {"ngram": 0, "draft": 8}) == ("draft", model.k)
 
 
 def test_auto_with_an_expensive_draft_drafts_only_probes(twin_gen):

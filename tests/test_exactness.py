@@ -300,3 +300,44 @@ def test_control_auto_k_engine_with_naive_residual_is_rejected(near_draft_gen, t
     counts, _ = auto_samples(near_draft_gen)
     result = one_sample(counts, exact_model_joint(target_model, BATCH_PROMPT, TOPK, 3), alpha=ALPHA)
     assert result.p_value < ALPHA, result
+
+
+# -- the hybrid proposer: lookup drafts (one-hot q) and draft-model drafts (sampled q) in one request --
+
+HYBRID_PROMPT = [5, 6, 7, 5, 6]  # the lookup matches at once ([5, 6] -> 7, 5, 6), later only sometimes
+
+
+def hybrid_samples(gen, k, n=BATCH_N):
+    from collections import Counter
+
+    saved = gen.pass_costs, dict(gen.pooled_acceptance)
+    costs = FixedCosts()
+    costs.per_draft["ngram"] = 0.0
+    gen.pass_costs, gen.pooled_acceptance = costs, {}
+    counts, passes = Counter(), Counter()
+    try:
+        for i in range(n):
+            out = gen.generate(list(HYBRID_PROMPT), TOPK.replace(seed=3000 + i), k=k, chat=False, proposer="hybrid")
+            counts[tuple(out.token_ids)] += 1
+            passes.update({source: c[0] for source, c in out.stats["by_source"].items()})
+    finally:
+        gen.pass_costs, gen.pooled_acceptance = saved
+    return counts, passes
+
+
+@pytest.mark.parametrize("k", [2, "auto"])
+def test_hybrid_joint_distribution(near_draft_gen, target_model, k):
+    counts, passes = hybrid_samples(near_draft_gen, k)
+    # Both sources drafted. Under auto the lookup is soon left alone: its matches are rarely what
+    # this random target samples, and the pooled acceptance learns that.
+    assert passes["draft"] > 200 and passes["ngram"] > (200 if k == 2 else 0)
+    assert_exact(one_sample(counts, exact_model_joint(target_model, HYBRID_PROMPT, TOPK, 3), alpha=ALPHA))
+
+
+def test_control_hybrid_with_naive_residual_is_rejected(near_draft_gen, target_model, monkeypatch):
+    from specdecode import engine
+
+    monkeypatch.setattr(engine, "rejection_sample", naive_rejection_sample)
+    counts, _ = hybrid_samples(near_draft_gen, 2)
+    result = one_sample(counts, exact_model_joint(target_model, HYBRID_PROMPT, TOPK, 3), alpha=ALPHA)
+    assert result.p_value < ALPHA, result

@@ -12,6 +12,8 @@ exact.
   rejection-driven controller would cut k after every miss and lose the rare long match; and it
   turns drafting off (k = 0, plain decoding, with a periodic one-token probe so that a change in
   the text is noticed) when no k beats plain decoding by `margin`.
+- With several sources (the hybrid proposer: lookup and draft model) each has its own rule, and a
+  pass drafts from the source whose best k promises most (`SourceChoice`).
 - The controller follows transformers' assisted-generation heuristic (+2 after a fully accepted
   block, -1 after a rejection). It decides until the costs are known (the first pass), and alone
   where no cost rule applies (`auto_cost_cap = False`; the batched server, whose load policy
@@ -46,14 +48,14 @@ class PassCosts:
 
 @dataclass
 class AdaptiveK:
+    """One source's rule: its acceptance by position, the controller's allowance, and the cost rule."""
+
     k_max: int = 8
     k: int = 4  # the controller's current allowance
     k_min: int = 1
     min_confidence: float = 0.4
     margin: float = 0.05  # speculate only when the best k beats plain decoding by this fraction
-    probe_every: int = 16  # while the cost rule holds drafting off, draft one token this often
     acceptance: AcceptanceTracker = field(default_factory=AcceptanceTracker)
-    off_streak: int = 0
 
     def __post_init__(self) -> None:
         if not 1 <= self.k_min <= self.k <= self.k_max:
@@ -71,25 +73,66 @@ class AdaptiveK:
         else:
             self.k = max(self.k_min, self.k - 1)
 
-    def next_k(self, costs: PassCosts | None = None, proposer: str = "draft") -> int:
-        """k for the next pass: what pays best at these costs, else the controller's allowance."""
-        if costs is None or not costs.known(proposer):
-            return self.k
-        best = self.best_by_cost(costs.per_draft[proposer], costs.verify, self.acceptance)
-        if best == 0:
-            self.off_streak += 1
-            if self.off_streak >= self.probe_every:
-                self.off_streak = 0
-                return 1
-            return 0
-        self.off_streak = 0
-        return best
-
-    def best_by_cost(self, draft_token_s: float, verify: CostCurve, acceptance: AcceptanceTracker) -> int:
+    def best(self, draft_token_s: float, verify: CostCurve, acceptance: AcceptanceTracker,
+             k_max: int | None = None) -> tuple[int, float]:
+        """(k, expected tokens/s) of the k that pays best, k = 0 (plain decoding) when none beats it
+        by the margin."""
         plain = 1.0 / max(verify(1), 1e-9)
         best, best_rate = 0, plain * (1 + self.margin)
-        for k in range(1, self.k_max + 1):
+        for k in range(1, min(self.k_max, k_max or self.k_max) + 1):
             rate = acceptance.expected_tokens(k) / max(k * draft_token_s + verify(1 + k), 1e-9)
             if rate > best_rate * (1 + 1e-9):
                 best, best_rate = k, rate
-        return best
+        return best, (best_rate if best else plain)
+
+    def best_by_cost(self, draft_token_s: float, verify: CostCurve, acceptance: AcceptanceTracker) -> int:
+        return self.best(draft_token_s, verify, acceptance)[0]
+
+
+@dataclass
+class SourceChoice:
+    """k="auto" for one request: which source drafts the next pass, and how far.
+
+    A plain proposer has one source; the hybrid has two (n-gram lookup and the draft model), each
+    with its own rule, acceptance and cost per token. Every pass drafts from the source whose best
+    k promises the most tokens per second at the measured costs (the lookup only where it matches);
+    a source whose cost is not measured yet drafts at its controller's allowance so that it gets
+    measured. When no source beats plain decoding, drafting is off, with a one-token probe every
+    `probe_every` passes (from the sources in turn) so that a change in the text is noticed.
+    """
+
+    rules: dict[str, AdaptiveK]
+    probe_every: int = 16
+    off_streak: int = 0
+    probes: int = 0
+
+    @property
+    def min_confidence(self) -> float:
+        return min(rule.min_confidence for rule in self.rules.values())
+
+    def update(self, source: str, drafted: int, accepted: int) -> None:
+        self.rules[source].update(drafted, accepted)
+
+    def choose(self, costs: PassCosts | None, available: dict[str, int]) -> tuple[str, int]:
+        """(source, k) for the next pass; `available`: how many tokens each source could draft."""
+        options = []
+        for source, reach in available.items():
+            rule = self.rules[source]
+            if reach <= 0:
+                continue
+            if costs is None or not costs.known(source):
+                return source, min(rule.k, reach)
+            k, rate = rule.best(costs.per_draft[source], costs.verify, rule.acceptance, reach)
+            options.append((rate, k, source))
+        if not options:
+            return next(iter(available)), 0
+        rate, k, source = max(options)
+        if k > 0:
+            self.off_streak = 0
+            return source, k
+        self.off_streak += 1
+        if self.off_streak < self.probe_every:
+            return source, 0
+        self.off_streak = 0
+        self.probes += 1
+        return options[self.probes % len(options)][2], 1

@@ -85,6 +85,9 @@ class _Row:
     in_draft: bool = False  # has a row in the draft model's batch
 
 
+BATCHED_PROPOSERS = ("draft", "ngram", "none")
+
+
 class BatchEngine:
     def __init__(self, gen: SpeculativeGenerator, max_batch: int = 8, max_waiting: int = 64,
                  load_policy: bool = True, calibrate: bool = True):
@@ -117,6 +120,10 @@ class BatchEngine:
     def check(self, req: BatchRequest) -> None:
         """Raise RequestError/InvalidParameter for a request that can never run."""
         self.gen.get_proposer(req.proposer)
+        if (req.proposer or self.gen.default_proposer) not in BATCHED_PROPOSERS:
+            raise RequestError(f"the batched server runs the proposers {', '.join(BATCHED_PROPOSERS)}, not "
+                               f"'{req.proposer or self.gen.default_proposer}': ask for one of them (the hybrid "
+                               "runs in generate and bench)")
         check_k(req.k)
         if not req.prompt_ids:
             raise RequestError("the prompt is empty")

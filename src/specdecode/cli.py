@@ -62,7 +62,7 @@ def from_config(path, target, draft, proposer, dtype, draft_dtype, k):
 
 Target = typer.Option("default", "--target", help="target model: default, a directory, a .gguf file or a cached HF id")
 Draft = typer.Option("default", "--draft", help="draft model (for --proposer draft)")
-Proposer = typer.Option("draft", "--proposer", help="draft | ngram | none")
+Proposer = typer.Option("draft", "--proposer", help="draft | ngram | hybrid (lookup, else the draft) | none")
 DType = typer.Option("auto", "--dtype", help="auto | bfloat16 (bf16) | float32 (fp32) | int8 (dynamic int8 linears); auto = bf16 where it is fast, else int8")
 DraftDType = typer.Option(None, "--draft-dtype", help="dtype of the draft model (default: --dtype); int8 is cheap")
 
@@ -265,7 +265,7 @@ def bench(
     prompt_lengths: Optional[str] = typer.Option(None, "--prompt-lengths",
                                                  help="synthetic sweep, e.g. 128,512,2048 (replaces --workload)"),
     methods: str = typer.Option("plain,draft,ngram,hf,hf-assisted", "--methods",
-                                help="plain,draft,ngram,hf,hf-assisted,hf-pld"),
+                                help="plain,draft,ngram,hybrid,hf,hf-assisted,hf-pld,llamacpp,llamacpp-pld"),
     k: str = typer.Option("2,4", "--k", help="comma-separated k values, may include auto"),
     temperature: str = typer.Option("0", "--temperature", help="comma-separated, e.g. 0,1"),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens"),
@@ -339,7 +339,7 @@ def bench(
     if prompt_lengths is None:
         prompts = load_workload(workload, parse_list(categories, str, "--categories") if categories else None, limit)
 
-    needs_draft = any(m in ("draft", "hf-assisted") for m in method_names)
+    needs_draft = any(m in ("draft", "hybrid", "hf-assisted") for m in method_names)
     resolved_dtype, resolved_draft = parse_dtype(dtype), parse_dtype(draft_dtype or dtype)
     # Several drafts (e.g. hf:default,llamacpp:default) are compared in one run: the first is
     # `draft` (and hf-assisted's assistant), the others are methods named draft-<backend>.
@@ -785,7 +785,7 @@ def serve(
     except ImportError as exc:
         raise InvalidParameter(f"the server needs the serve extra ({exc.name} is missing): "
                                "pip install 'specdecode[serve]'") from None
-    from .batch_engine import BatchEngine
+    from .batch_engine import BATCHED_PROPOSERS, BatchEngine
     from .engine import SpeculativeGenerator
 
     if config:
@@ -795,6 +795,9 @@ def serve(
         raise InvalidParameter(f"--load-policy is on or off, got {load_policy!r}")
     if max_batch < 1 or max_waiting < 0 or max_tokens < 1:
         raise InvalidParameter("--max-batch and --max-tokens must be >= 1 and --max-waiting >= 0")
+    if proposer not in BATCHED_PROPOSERS:
+        raise InvalidParameter(f"the server batches the proposers {', '.join(BATCHED_PROPOSERS)}; --proposer "
+                               f"{proposer} runs in generate and bench")
     steps = parse_k(k)
     gen = SpeculativeGenerator.from_pretrained(target=target, draft=draft, proposer=proposer, dtype=dtype,
                                                draft_dtype=draft_dtype)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .adaptive import AdaptiveK, PassCosts
+from .adaptive import AdaptiveK, PassCosts, SourceChoice
 from .backends.base import ModelRunner
 from .load_policy import AcceptanceTracker
 from .proposers import Proposer
@@ -53,6 +53,8 @@ class GenerationStats:
     # counts above (the uniforms of the rejection step integrated out) and, sampling, far less noise,
     # and it counts positions after the first rejection too: what `tune` builds its predictions on.
     expected_per_position: list[float] = field(default_factory=list)
+    # Source -> [passes, drafted, accepted]: which proposer drafted (a hybrid has two).
+    by_source: dict[str, list[int]] = field(default_factory=dict)
     prefill_s: float = 0.0
     draft_s: float = 0.0
     verify_s: float = 0.0
@@ -62,9 +64,14 @@ class GenerationStats:
     steps: list[StepRecord] = field(default_factory=list)
 
     def record_pass(self, drafted: int, accepted: int, draft_s: float, verify_s: float,
-                    chances: Sequence[float] = ()) -> None:
+                    chances: Sequence[float] = (), source: str | None = None) -> None:
         """One verification pass that checked `drafted` tokens and accepted `accepted`; chances:
-        each draft's min(1, p/q), when known."""
+        each draft's min(1, p/q), when known; source: the proposer that drafted them."""
+        if source is not None:
+            counts = self.by_source.setdefault(source, [0, 0, 0])
+            counts[0] += 1
+            counts[1] += drafted
+            counts[2] += accepted
         self.draft_s += draft_s
         self.verify_s += verify_s
         self.target_passes += 1
@@ -97,6 +104,7 @@ class GenerationStats:
             "drafted_per_position": list(self.drafted_per_position),
             "accepted_per_position": list(self.accepted_per_position),
             "expected_per_position": list(self.expected_per_position),
+            "by_source": {s: list(c) for s, c in self.by_source.items()},
             "tokens_per_s": self.new_tokens / self.total_s if self.total_s > 0 else 0.0,
             "decode_tokens_per_s": (self.new_tokens - 1) / decode_s if decode_s > 0 and self.new_tokens > 1 else 0.0,
             "ttft_s": self.ttft_s,
@@ -227,7 +235,9 @@ class SpeculativeGenerator:
         drafter = self.get_proposer(proposer)
         name = proposer or self.default_proposer
         check_k(k)
-        adaptive = self.new_adaptive(name) if k == "auto" else None
+        # A hybrid proposer drafts from one of its sources per pass; a plain one is its own source.
+        sources = getattr(drafter, "sources", {name: drafter})
+        auto = self.new_auto(sources) if k == "auto" else None
         costs = self.pass_costs if self.auto_cost_cap else None
         prompt_ids = self.encode(prompt, chat)
         limit = self.target.max_context
@@ -257,12 +267,18 @@ class SpeculativeGenerator:
             if room < 0:
                 stats.finish_reason = "length"
                 break
-            wanted = adaptive.next_k(costs, name) if adaptive else k
-            step_k = min(wanted, params.max_new_tokens - len(generated) - 1, room)
-
             t0 = time.perf_counter()
-            confidence = adaptive.min_confidence if adaptive else 0.0
-            proposal = drafter.propose(context, step_k, params, generator, min_confidence=confidence)
+            if auto:
+                reach = self.auto_k_max
+                available = drafter.available(context, reach) if len(sources) > 1 else {name: reach}
+                source, wanted = auto.choose(costs, available)
+                step_k = min(wanted, params.max_new_tokens - len(generated) - 1, room)
+                proposal = sources[source].propose(context, step_k, params, generator,
+                                                   min_confidence=auto.min_confidence)
+            else:
+                step_k = min(k, params.max_new_tokens - len(generated) - 1, room)
+                proposal = drafter.propose(context, step_k, params, generator)
+            source = proposal.source or (source if auto else name)
             drafts = proposal.tokens[:step_k]
             q = None if proposal.probs is None else proposal.probs[: len(drafts)].unsqueeze(0)
             t1 = time.perf_counter()
@@ -275,11 +291,11 @@ class SpeculativeGenerator:
             self.target.truncate(len(context) + accepted)
             t2 = time.perf_counter()
 
-            stats.record_pass(len(drafts), accepted, t1 - t0, t2 - t1, chances)
-            self.pass_costs.observe(name, len(drafts), t1 - t0, 1 + len(drafts), t2 - t1)
-            self.pooled(name).update(len(drafts), accepted)
-            if adaptive:
-                adaptive.update(len(drafts), accepted)
+            stats.record_pass(len(drafts), accepted, t1 - t0, t2 - t1, chances, source)
+            self.pass_costs.observe(source, len(drafts), t1 - t0, 1 + len(drafts), t2 - t1)
+            self.pooled(source).update(len(drafts), accepted)
+            if auto:
+                auto.update(source, len(drafts), accepted)
 
             emitted = 0
             for token in emitted_tokens:
@@ -307,9 +323,11 @@ class SpeculativeGenerator:
         """A proposer's acceptance over all recent requests (the prior of a new request's own)."""
         return self.pooled_acceptance.setdefault(proposer, AcceptanceTracker(decay=0.98))
 
-    def new_adaptive(self, proposer: str) -> AdaptiveK:
-        return AdaptiveK(k_max=self.auto_k_max, min_confidence=self.auto_min_confidence,
-                         acceptance=AcceptanceTracker(prior=self.pooled(proposer).conditional))
+    def new_auto(self, sources: dict[str, Proposer]) -> SourceChoice:
+        return SourceChoice({
+            source: AdaptiveK(k_max=self.auto_k_max, min_confidence=self.auto_min_confidence,
+                              acceptance=AcceptanceTracker(prior=self.pooled(source).conditional))
+            for source in sources})
 
     @staticmethod
     def _emit(token: int, generated: list[int], text: "TextStream", stop_ids: set[int], params: SamplingParams,

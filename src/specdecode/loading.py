@@ -5,7 +5,7 @@ from __future__ import annotations
 from .backends.hf import HFRunner, load_model, logit_width, parse_dtype, world_size
 from .engine import SpeculativeGenerator
 from .models import ModelError, check_vocab_compatible, resolve, split_backend
-from .proposers import PROPOSERS, DraftModelProposer, NgramProposer, NoProposer
+from .proposers import PROPOSERS, DraftModelProposer, HybridProposer, NgramProposer, NoProposer
 
 
 def load_generator(
@@ -20,7 +20,7 @@ def load_generator(
     """draft_dtype defaults to dtype; int8 drafts are cheap and cost nothing in exactness."""
     _check_proposer(proposer)
     target_model, tokenizer, draft_model, draft_tokenizer = load_models(
-        target, draft if proposer == "draft" else None, dtype, draft_dtype
+        target, draft if proposer in ("draft", "hybrid") else None, dtype, draft_dtype
     )
     gen = build_generator(
         target_model, tokenizer, proposer, draft_model, draft_tokenizer, ngram_max=ngram_max, ngram_min=ngram_min
@@ -96,7 +96,7 @@ def build_generator(
     ngram_min: int = 1,
 ) -> SpeculativeGenerator:
     """The generator over loaded models. Every generator can also run `ngram` and `none` per
-    request; `draft` is available when a draft model is given."""
+    request; `draft` and `hybrid` (lookup first, else the draft) when a draft model is given."""
     _check_proposer(proposer)
     runner = as_runner(target_model)
     proposers = {"none": NoProposer(), "ngram": NgramProposer(max_n=ngram_max, min_n=ngram_min)}
@@ -104,8 +104,9 @@ def build_generator(
         draft_runner = as_runner(draft_model)
         check_vocab_compatible(tokenizer, draft_tokenizer or tokenizer, runner.vocab_size, draft_runner.vocab_size)
         proposers["draft"] = DraftModelProposer(draft_runner, runner.vocab_size)
-    elif proposer == "draft":
-        raise ModelError("the draft proposer needs a draft model")
+        proposers["hybrid"] = HybridProposer(proposers["ngram"], proposers["draft"])
+    elif proposer in ("draft", "hybrid"):
+        raise ModelError(f"the {proposer} proposer needs a draft model")
     return SpeculativeGenerator(runner, tokenizer, proposers, default_proposer=proposer,
                                 eos_token_ids=eos_ids(torch_model(target_model) or target_model, tokenizer))
 

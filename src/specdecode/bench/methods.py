@@ -15,7 +15,7 @@ from ..engine import SpeculativeGenerator
 from ..loading import backend_name, torch_model
 from ..sampling import SamplingParams
 
-ENGINE_METHODS = {"plain": "none", "draft": "draft", "ngram": "ngram"}
+ENGINE_METHODS = {"plain": "none", "draft": "draft", "ngram": "ngram", "hybrid": "hybrid"}
 HF_METHODS = ("hf", "hf-assisted", "hf-pld")
 LLAMACPP_METHODS = ("llamacpp", "llamacpp-pld")
 ALL_METHODS = (*ENGINE_METHODS, *HF_METHODS, *LLAMACPP_METHODS)
@@ -33,6 +33,7 @@ class Run:
     accepted: int | None = None
     drafted_per_position: list[int] = field(default_factory=list)
     accepted_per_position: list[int] = field(default_factory=list)
+    by_source: dict[str, list[int]] = field(default_factory=dict)  # a hybrid's passes per source
     draft_s: float | None = None
     verify_s: float | None = None
     prefill_s: float | None = None
@@ -52,12 +53,14 @@ class EngineMethod:
 
     def __init__(self, name: str, gen: SpeculativeGenerator, label: str | None = None):
         self.proposer = ENGINE_METHODS[name]
+        if self.proposer not in gen.proposers:
+            raise ValueError(f"{name} needs a draft model: give --draft")
         self.name = label or name  # e.g. draft-llamacpp when several drafts are compared
         self.gen = gen
         self.takes_k = self.proposer != "none"
         # e.g. "torch" or "torch + llamacpp draft": which backend runs which model.
         self.backend = backend_name(gen.target)
-        if self.proposer == "draft":
+        if self.proposer in ("draft", "hybrid"):
             self.backend += f" + {backend_name(gen.proposers['draft'].runner)} draft"
 
     def run(self, prompt_ids, params, k) -> Run:
@@ -69,6 +72,7 @@ class EngineMethod:
             peak_rss_bytes=mem.peak, cuda_peak_bytes=mem.cuda_peak, target_passes=s["target_passes"],
             drafted=s["drafted_tokens"], accepted=s["accepted_tokens"],
             drafted_per_position=s["drafted_per_position"], accepted_per_position=s["accepted_per_position"],
+            by_source=s["by_source"] if self.proposer == "hybrid" else {},
             draft_s=s["draft_s"], verify_s=s["verify_s"], prefill_s=s["prefill_s"],
         )
 

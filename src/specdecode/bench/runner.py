@@ -104,6 +104,7 @@ def run_record(method: Method, k, temperature, prompt: Prompt, turn, repeat, pro
         "accepted_tokens": run.accepted,
         "drafted_per_position": run.drafted_per_position,
         "accepted_per_position": run.accepted_per_position,
+        "by_source": run.by_source,
         "draft_s": run.draft_s,
         "verify_s": run.verify_s,
         "prefill_s": run.prefill_s,

@@ -1,10 +1,11 @@
-"""Proposers: draft model, n-gram prompt lookup, and none (plain decoding)."""
+"""Proposers: draft model, n-gram prompt lookup, both (hybrid), and none (plain decoding)."""
 
 from .base import Proposal, Proposer
 from .draft import DraftModelProposer
+from .hybrid import HybridProposer
 from .ngram import NgramProposer
 from .none import NoProposer
 
-PROPOSERS = ("draft", "ngram", "none")
+PROPOSERS = ("draft", "ngram", "hybrid", "none")
 
-__all__ = ["PROPOSERS", "DraftModelProposer", "NgramProposer", "NoProposer", "Proposal", "Proposer"]
+__all__ = ["PROPOSERS", "DraftModelProposer", "HybridProposer", "NgramProposer", "NoProposer", "Proposal", "Proposer"]

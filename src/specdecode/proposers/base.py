@@ -16,6 +16,7 @@ class Proposal:
     # The distributions the tokens were sampled from, [len(tokens), V_target] float32, or None when
     # the proposal is deterministic (q is one-hot on each token).
     probs: torch.Tensor | None = None
+    source: str | None = None  # which of a hybrid's proposers drafted it (None: the proposer itself)
 
 
 class Proposer(Protocol):
