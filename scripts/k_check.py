@@ -22,7 +22,10 @@ def main(tune_path: str, bench_path: str) -> None:
     records = json.loads(open(bench_path).read())
     by = {(r["method"], r["k"], r["category"]): r for r in records}
     cats = sorted({r["category"] for r in records} - {"all"})
+    # tune chooses among draft and ngram; k=auto is also compared with the hybrid's fixed k.
     fixed = [(m, k) for (m, k, c) in by if c == "all" and m in ("draft", "ngram") and isinstance(k, int)]
+    every_fixed = [(m, k) for (m, k, c) in by if c == "all" and m in ("draft", "ngram", "hybrid")
+                   and isinstance(k, int)]
     print("| category | best fixed k (bench) | tok/s | tune's pick | its tok/s in the bench | ratio | plain tok/s |")
     print("|---|---|---|---|---|---|---|")
     for cat in cats + ["all"]:
@@ -37,14 +40,20 @@ def main(tune_path: str, bench_path: str) -> None:
     print()
     print("| proposer | k=auto tok/s (all) | best fixed k | its tok/s | auto / best |")
     print("|---|---|---|---|---|")
-    for proposer in ("draft", "ngram"):
+    for proposer in ("draft", "ngram", "hybrid"):
         auto = by.get((proposer, "auto", "all"))
-        ks = [k for m, k in fixed if m == proposer]
+        ks = [k for m, k in every_fixed if m == proposer]
         if not auto or not ks:
             continue
         best_k = max(ks, key=lambda k: decode_rate(by[(proposer, k, "all")]))
         b = decode_rate(by[(proposer, best_k, "all")])
         print(f"| {proposer} | {decode_rate(auto):.2f} | {best_k} | {b:.2f} | {decode_rate(auto) / b:.2f}x |")
+    autos = [m for (m, k, c) in by if c == "all" and k == "auto"]
+    if autos and every_fixed:
+        best_auto = max(autos, key=lambda m: decode_rate(by[(m, "auto", "all")]))
+        best_fixed = max(every_fixed, key=lambda mk: decode_rate(by[(*mk, "all")]))
+        a, f = decode_rate(by[(best_auto, "auto", "all")]), decode_rate(by[(*best_fixed, "all")])
+        print(f"| best of all | {best_auto} auto {a:.2f} | {best_fixed[0]} k={best_fixed[1]} | {f:.2f} | {a / f:.2f}x |")
     print()
     pred, meas = tune["predicted_tokens_per_s"], tune.get("measured_tokens_per_s")
     rec = by.get((tune["proposer"], tune["k"], "all"))
