@@ -125,6 +125,8 @@ def test_queue_limit_and_bad_requests(twin_gen):
         engine.check(BatchRequest(list(range(1, 10)) * 100))
     with pytest.raises(RequestError, match="proposer"):
         engine.check(BatchRequest([1], proposer="medusa"))
+    with pytest.raises(RequestError, match="batched server runs the proposers draft, ngram, none"):
+        engine.check(BatchRequest([1], proposer="hybrid"))  # the generator has it, the batch engine not
     with pytest.raises(InvalidParameter, match="k must be"):
         engine.check(BatchRequest([1], k=-1))
 

@@ -133,6 +133,7 @@ def test_chat_streaming_and_not(server):
     ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
     ({"prompt": "x", "n": 2}, 400, "n must be 1"),
     ({"prompt": "x", "speculative": {"proposer": "medusa"}}, 400, "proposer"),
+    ({"prompt": "x", "speculative": {"proposer": "hybrid"}}, 400, "proposer"),
     ({"prompt": "x", "speculative": {"k": -2}}, 400, "k must be"),
     ({"prompt": "x" * 3000}, 400, "context"),
     ({"prompt": ""}, 400, "empty"),

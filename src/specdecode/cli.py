@@ -307,7 +307,7 @@ def bench(
     from .bench.report import environment, write_outputs
     from .bench.runner import BenchConfig, Grid, aggregate, run_grid
     from .bench.workloads import length_sweep, load_workload
-    from .loading import backend_name, build_generator, load_draft, load_models
+    from .loading import backend_name, build_generator, load_draft, load_models, torch_model
 
     if config:
         from .tune import load_config
@@ -357,15 +357,18 @@ def bench(
             f"{len(too_long)} prompts do not fit the target's context of {gen.target.max_context} tokens with "
             f"--max-new-tokens {max_new_tokens} (e.g. prompt {too_long[0][0]} in {too_long[0][1]}: {too_long[0][2]} "
             "tokens); choose other --categories or fewer --max-new-tokens")
+    others = [(spec, *load_draft(spec, resolved_draft, target_model, tokenizer)) for spec in drafts[1:]] \
+        if needs_draft else []
+    # hf-assisted needs a transformers assistant: the first draft in the list that is one.
+    assistant = next((m for m in [draft_model, *(o[1] for o in others)] if torch_model(m) is not None), None)
     grid = Grid([])
     for name in method_names:
         try:
-            grid.methods.append(make_method(name, gen, target, target_model, tokenizer, draft_model))
+            grid.methods.append(make_method(name, gen, target, target_model, tokenizer, draft_model, assistant))
         except Exception as exc:  # noqa: BLE001 - e.g. the llamacpp extra is not installed: reported below
             grid.skipped[name] = f"{type(exc).__name__}: {exc}"
     if "draft" in method_names:
-        for spec in drafts[1:]:
-            other, other_tok = load_draft(spec, resolved_draft, target_model, tokenizer)
+        for spec, other, other_tok in others:
             label = f"draft-{backend_name(other)}"
             if "@" in spec:  # a requantised llama.cpp draft: draft-llamacpp-q4_0
                 label += "-" + spec.rpartition("@")[2].lower()

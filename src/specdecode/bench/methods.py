@@ -167,15 +167,19 @@ class LlamaCppMethod:
         return Run(token_ids=tokens, total_s=total, steps=steps, peak_rss_bytes=mem.peak)
 
 
-def make_method(name: str, gen: SpeculativeGenerator, target_spec: str, target_model, tokenizer, draft_model):
-    """One bench method over the loaded models; raises with the reason when it cannot run here."""
+def make_method(name: str, gen: SpeculativeGenerator, target_spec: str, target_model, tokenizer, draft_model,
+                assistant=None):
+    """One bench method over the loaded models; raises with the reason when it cannot run here.
+    `assistant`: hf-assisted's draft when the first draft is not a transformers model."""
     from ..loading import eos_ids
     from ..models import resolve
 
     if name in ENGINE_METHODS:
         return EngineMethod(name, gen)
     if name in HF_METHODS:
-        hf_target, hf_draft = torch_model(target_model), torch_model(draft_model) if draft_model is not None else None
+        hf_target = torch_model(target_model)
+        hf_draft = next((torch_model(m) for m in (draft_model, assistant) if m is not None and torch_model(m) is not None),
+                        None)
         if hf_target is None or (name == "hf-assisted" and hf_draft is None):
             raise ValueError(f"{name} runs transformers' generate, which needs transformers models (hf: backend)")
         return HFMethod(name, hf_target, tokenizer, eos_ids(hf_target, tokenizer), assistant=hf_draft)
