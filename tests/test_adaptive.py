@@ -182,3 +182,34 @@ def test_acceptance_prior_is_per_position():
         pooled.update(3, 1)  # first accepted, second rejected, third never judged
     fresh = AcceptanceTracker(prior=pooled.conditional)
     assert fresh.conditional[0] > 0.9 and fresh.conditional[1] < 0.1 and fresh.conditional[2] == 0.5
+
+
+def test_lookup_match_lengths_are_sources_of_their_own():
+    from specdecode.proposers import HybridProposer, NgramProposer
+
+    ngram = NgramProposer(max_n=3, min_n=1)
+    assert list(ngram.sources) == ["ngram3", "ngram2", "ngram1"]
+    context = [1, 2, 3, 4, 9, 2, 3]  # the suffix [2, 3] was seen before, followed by 4, 9
+    assert ngram.available(context, 8) == {"ngram3": 0, "ngram2": 4, "ngram1": 0}
+    proposal = ngram.propose(context, 2, None, None)
+    assert proposal.tokens == [4, 9] and proposal.source == "ngram2"
+    assert ngram.available([5, 6, 7], 8) == {"ngram3": 0, "ngram2": 0, "ngram1": 0}
+    hybrid = HybridProposer(ngram, draft=object())
+    assert list(hybrid.sources) == ["ngram3", "ngram2", "ngram1", "draft"]
+    assert hybrid.available(context, 8) == {"ngram3": 0, "ngram2": 4, "ngram1": 0, "draft": 8}
+
+
+def test_auto_skips_weak_lookup_matches_but_keeps_strong_ones():
+    """With its own acceptance per match length, auto can stop drafting after one-token matches
+    that are never accepted while it goes on drafting after three-token matches that are."""
+    from specdecode.adaptive import PassCosts, SourceChoice
+
+    costs = PassCosts()
+    costs.verify = CostCurve({1: 0.1, 9: 0.102})
+    costs.per_draft = {"ngram3": 0.0, "ngram1": 0.0}
+    auto = SourceChoice({"ngram3": AdaptiveK(k_max=8), "ngram1": AdaptiveK(k_max=8)})
+    for _ in range(30):
+        auto.update("ngram3", drafted=6, accepted=6)
+        auto.update("ngram1", drafted=6, accepted=0)
+    assert auto.choose(costs, {"ngram3": 6, "ngram1": 0}) == ("ngram3", 6)
+    assert auto.choose(costs, {"ngram3": 0, "ngram1": 6}) == ("ngram1", 0)  # off for weak matches

@@ -141,3 +141,25 @@ def test_bench_rejects_bad_options(monkeypatch, capsys, tiny_dirs):
             cli.main()
         assert exc.value.code == 2
         assert message in capsys.readouterr().err
+
+
+def test_auto_runs_start_from_what_was_learnt_before_the_prompt(twin_gen, monkeypatch):
+    """In a bench the fixed-k runs of a prompt come before its k=auto run; auto must not start from
+    the acceptance those runs learnt on this very prompt."""
+    from specdecode import SamplingParams
+    from specdecode.bench.methods import EngineMethod
+
+    monkeypatch.setattr(twin_gen, "pooled_acceptance", {})
+    method = EngineMethod("ngram", twin_gen)
+    params = SamplingParams(max_new_tokens=6, ignore_eos=True)
+    method.begin_prompt()
+    method.run([5, 6, 7, 5, 6], params, 4)
+    learnt = dict(twin_gen.pooled_acceptance)
+    assert learnt  # the fixed-k run taught the generator something
+    seen = []
+    real = twin_gen.generate
+    monkeypatch.setattr(twin_gen, "generate", lambda *a, **kw: (seen.append(dict(twin_gen.pooled_acceptance)),
+                                                                 real(*a, **kw))[1])
+    method.run([5, 6, 7, 5, 6], params, "auto")
+    assert seen == [{}]  # started from the state before the prompt
+    assert twin_gen.pooled_acceptance == learnt  # and the generator's state is back as it was

@@ -312,14 +312,14 @@ def hybrid_samples(gen, k, n=BATCH_N):
 
     saved = gen.pass_costs, dict(gen.pooled_acceptance)
     costs = FixedCosts()
-    costs.per_draft["ngram"] = 0.0
+    costs.per_draft.update({source: 0.0 for source in ("ngram1", "ngram2", "ngram3")})
     gen.pass_costs, gen.pooled_acceptance = costs, {}
     counts, passes = Counter(), Counter()
     try:
         for i in range(n):
             out = gen.generate(list(HYBRID_PROMPT), TOPK.replace(seed=3000 + i), k=k, chat=False, proposer="hybrid")
             counts[tuple(out.token_ids)] += 1
-            passes.update({source: c[0] for source, c in out.stats["by_source"].items()})
+            passes.update({source.rstrip("123"): c[0] for source, c in out.stats["by_source"].items()})
     finally:
         gen.pass_costs, gen.pooled_acceptance = saved
     return counts, passes

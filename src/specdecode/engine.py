@@ -235,7 +235,8 @@ class SpeculativeGenerator:
         drafter = self.get_proposer(proposer)
         name = proposer or self.default_proposer
         check_k(k)
-        # A hybrid proposer drafts from one of its sources per pass; a plain one is its own source.
+        # Under k="auto" a pass drafts from one of the proposer's sources (the hybrid's lookup or
+        # draft model, the lookup's match lengths); a plain proposer is its own source.
         sources = getattr(drafter, "sources", {name: drafter})
         auto = self.new_auto(sources) if k == "auto" else None
         costs = self.pass_costs if self.auto_cost_cap else None
@@ -270,7 +271,7 @@ class SpeculativeGenerator:
             t0 = time.perf_counter()
             if auto:
                 reach = self.auto_k_max
-                available = drafter.available(context, reach) if len(sources) > 1 else {name: reach}
+                available = drafter.available(context, reach) if hasattr(drafter, "available") else {name: reach}
                 source, wanted = auto.choose(costs, available)
                 step_k = min(wanted, params.max_new_tokens - len(generated) - 1, room)
                 proposal = sources[source].propose(context, step_k, params, generator,
@@ -278,8 +279,8 @@ class SpeculativeGenerator:
             else:
                 step_k = min(k, params.max_new_tokens - len(generated) - 1, room)
                 proposal = drafter.propose(context, step_k, params, generator)
-            source = proposal.source or (source if auto else name)
             drafts = proposal.tokens[:step_k]
+            source = (proposal.source or (source if auto else name)) if drafts else "none"
             q = None if proposal.probs is None else proposal.probs[: len(drafts)].unsqueeze(0)
             t1 = time.perf_counter()
 
@@ -292,9 +293,11 @@ class SpeculativeGenerator:
             t2 = time.perf_counter()
 
             stats.record_pass(len(drafts), accepted, t1 - t0, t2 - t1, chances, source)
-            self.pass_costs.observe(source, len(drafts), t1 - t0, 1 + len(drafts), t2 - t1)
+            # A pass that first caught the draft model up on many tokens says little of what a
+            # drafted token costs: only its verify time is kept.
+            self.pass_costs.observe(source, len(drafts) if proposal.fed <= 2 else 0, t1 - t0, 1 + len(drafts), t2 - t1)
             self.pooled(source).update(len(drafts), accepted)
-            if auto:
+            if auto and drafts:
                 auto.update(source, len(drafts), accepted)
 
             emitted = 0

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from dataclasses import dataclass, field
@@ -57,22 +58,36 @@ class EngineMethod:
             raise ValueError(f"{name} needs a draft model: give --draft")
         self.name = label or name  # e.g. draft-llamacpp when several drafts are compared
         self.gen = gen
+        self.learnt: dict | None = None  # the generator's learnt acceptance before this prompt
         self.takes_k = self.proposer != "none"
         # e.g. "torch" or "torch + llamacpp draft": which backend runs which model.
         self.backend = backend_name(gen.target)
         if self.proposer in ("draft", "hybrid"):
             self.backend += f" + {backend_name(gen.proposers['draft'].runner)} draft"
 
+    def begin_prompt(self) -> None:
+        """k="auto" learns each proposer's acceptance from every request; in a bench the same
+        prompt runs at every k in turn, and what auto learnt from the fixed-k runs of this very
+        prompt would be a preview no server gets. Auto runs start from what was learnt before
+        this prompt (and what they learn is dropped)."""
+        self.learnt = copy.deepcopy(self.gen.pooled_acceptance)
+
     def run(self, prompt_ids, params, k) -> Run:
-        with PeakMemory() as mem:
-            out = self.gen.generate(prompt_ids, params, k=k or 0, chat=False, proposer=self.proposer)
+        saved = self.gen.pooled_acceptance
+        if k == "auto" and self.learnt is not None:
+            self.gen.pooled_acceptance = copy.deepcopy(self.learnt)
+        try:
+            with PeakMemory() as mem:
+                out = self.gen.generate(prompt_ids, params, k=k or 0, chat=False, proposer=self.proposer)
+        finally:
+            self.gen.pooled_acceptance = saved
         s = out.stats
         return Run(
             token_ids=out.token_ids, total_s=s["total_s"], steps=[(e, n) for e, _, _, n in s["steps"]],
             peak_rss_bytes=mem.peak, cuda_peak_bytes=mem.cuda_peak, target_passes=s["target_passes"],
             drafted=s["drafted_tokens"], accepted=s["accepted_tokens"],
             drafted_per_position=s["drafted_per_position"], accepted_per_position=s["accepted_per_position"],
-            by_source=s["by_source"] if self.proposer == "hybrid" else {},
+            by_source=s["by_source"],
             draft_s=s["draft_s"], verify_s=s["verify_s"], prefill_s=s["prefill_s"],
         )
 

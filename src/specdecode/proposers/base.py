@@ -17,6 +17,9 @@ class Proposal:
     # the proposal is deterministic (q is one-hot on each token).
     probs: torch.Tensor | None = None
     source: str | None = None  # which of a hybrid's proposers drafted it (None: the proposer itself)
+    # Context tokens processed before the first draft (a draft model catching up on what the
+    # lookup drafted or plain passes emitted): a cost of the switch, not of each drafted token.
+    fed: int = 1
 
 
 class Proposer(Protocol):

@@ -52,6 +52,7 @@ class DraftModelProposer:
         self.stable = len(context)
 
         feed = context[keep:]
+        fed = len(feed)
         tokens: list[int] = []
         probs: list[torch.Tensor] = []
         for _ in range(k):
@@ -64,7 +65,7 @@ class DraftModelProposer:
             if q is not None:
                 probs.append(q)
             feed = [token]
-        return Proposal(tokens=tokens, probs=torch.stack(probs) if probs else None)
+        return Proposal(tokens=tokens, probs=torch.stack(probs) if probs else None, fed=fed)
 
 
 def next_draft(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None, target_vocab: int,

@@ -25,22 +25,23 @@ class HybridProposer:
     name = "hybrid"
 
     def __init__(self, ngram: NgramProposer, draft: DraftModelProposer):
-        # k="auto" chooses between the sources pass by pass (adaptive.SourceChoice).
-        self.sources = {"ngram": ngram, "draft": draft}
+        # k="auto" chooses between the sources pass by pass (adaptive.SourceChoice): the lookup's
+        # match lengths (ngram3, ngram2, ngram1) and the draft model.
+        self.ngram, self.draft = ngram, draft
+        self.sources = {**ngram.sources, "draft": draft}
 
     def start(self, prompt_ids: list[int]) -> None:
-        for source in self.sources.values():
-            source.start(prompt_ids)
+        self.ngram.start(prompt_ids)
+        self.draft.start(prompt_ids)
 
     def available(self, context: list[int], k: int) -> dict[str, int]:
         """How many tokens each source could draft now: the lookup's match, the model's k."""
-        matched = self.sources["ngram"].propose(context, k, None, None).tokens
-        return {"ngram": len(matched), "draft": k}
+        return {**self.ngram.available(context, k), "draft": k}
 
     def propose(self, context: list[int], k: int, params: SamplingParams, generator: torch.Generator | None,
                 min_confidence: float = 0.0) -> Proposal:
-        lookup = self.sources["ngram"].propose(context, k, params, generator)
+        lookup = self.ngram.propose(context, k, params, generator)
         if lookup.tokens:
-            return Proposal(lookup.tokens, None, source="ngram")
-        drafted = self.sources["draft"].propose(context, k, params, generator, min_confidence)
+            return lookup
+        drafted = self.draft.propose(context, k, params, generator, min_confidence)
         return Proposal(drafted.tokens, drafted.probs, source="draft")

@@ -13,6 +13,10 @@ class NgramProposer:
     The most recent match wins: in generated text the latest repetition is the best predictor of
     the next one (code that restates the prompt, lists that repeat a pattern). Deterministic, so
     q is one-hot and acceptance is simply p(token).
+
+    Each match length is its own source for k="auto" (`ngram3`, `ngram2`, `ngram1`): what follows a
+    three-token match is accepted far more often than what follows a one-token one, so they get
+    their own acceptance, and auto may draft long after the first and not at all after the last.
     """
 
     name = "ngram"
@@ -22,17 +26,30 @@ class NgramProposer:
             raise ValueError(f"ngram sizes need 1 <= min_n <= max_n, got min_n={min_n}, max_n={max_n}")
         self.max_n = max_n
         self.min_n = min_n
+        self.sources = {f"ngram{n}": self for n in range(max_n, min_n - 1, -1)}
 
     def start(self, prompt_ids: list[int]) -> None:
         pass
 
+    def available(self, context: list[int], k: int) -> dict[str, int]:
+        """How far each source reaches now: the matched length's, the others nothing."""
+        n, tokens = match(np.asarray(context, dtype=np.int64), k, self.max_n, self.min_n)
+        return {source: len(tokens) if source == f"ngram{n}" else 0 for source in self.sources}
+
     def propose(self, context, k, params, generator, min_confidence: float = 0.0) -> Proposal:
-        return Proposal(tokens=lookup(np.asarray(context, dtype=np.int64), k, self.max_n, self.min_n))
+        n, tokens = match(np.asarray(context, dtype=np.int64), k, self.max_n, self.min_n)
+        return Proposal(tokens=tokens, source=f"ngram{n}" if tokens else None)
 
 
 def lookup(seq: np.ndarray, k: int, max_n: int, min_n: int) -> list[int]:
+    return match(seq, k, max_n, min_n)[1]
+
+
+def match(seq: np.ndarray, k: int, max_n: int, min_n: int) -> tuple[int, list[int]]:
+    """(n, tokens): the longest suffix (n tokens, max_n..min_n) seen earlier, and up to k tokens that
+    followed its latest occurrence; (0, []) when there is none."""
     if k <= 0:
-        return []
+        return 0, []
     L = len(seq)
     for n in range(min(max_n, L - 1), min_n - 1, -1):
         pattern = seq[L - n:]
@@ -41,5 +58,5 @@ def lookup(seq: np.ndarray, k: int, max_n: int, min_n: int) -> list[int]:
         hits = np.flatnonzero((windows == pattern).all(axis=1))
         if hits.size:
             start = int(hits[-1]) + n
-            return seq[start : start + k].tolist()
-    return []
+            return n, seq[start : start + k].tolist()
+    return 0, []
