@@ -208,7 +208,7 @@ def test_auto_skips_weak_lookup_matches_but_keeps_strong_ones():
     costs.verify = CostCurve({1: 0.1, 9: 0.102})
     costs.per_draft = {"ngram3": 0.0, "ngram1": 0.0}
     auto = SourceChoice({"ngram3": AdaptiveK(k_max=8), "ngram1": AdaptiveK(k_max=8)})
-    for _ in range(30):
+    for _ in range(60):
         auto.update("ngram3", drafted=6, accepted=6)
         auto.update("ngram1", drafted=6, accepted=0)
     assert auto.choose(costs, {"ngram3": 6, "ngram1": 0}) == ("ngram3", 6)

@@ -111,10 +111,10 @@ def _ragged(D, Qp, P_all, qs, tau, of_sample, rejection, gen):
     keep = torch.ones(R, dtype=torch.long)
     going = torch.ones(R, dtype=torch.bool)
     for j in range(1, k):
-        if of_sample:  # WRONG: looks at the token already sampled from q_j
+        if of_sample:  # WRONG: drops draft j because of its own sampled value
             ok = qs[j].gather(1, D[:, j : j + 1]).squeeze(1) >= tau
-        else:  # right: q_j's top probability, known before sampling from it
-            ok = qs[j].max(-1).values >= tau
+        else:  # right: draft j is made only if the draft was sure of draft j - 1 (which is kept)
+            ok = qs[j - 1].gather(1, D[:, j - 1 : j]).squeeze(1) >= tau
         going &= ok
         keep += going.long()
     tokens = torch.full((R, k + 1), -1, dtype=torch.long)

@@ -302,15 +302,13 @@ class BatchEngine:
                 row.draft_cached.extend(feeds[i])
                 b = index[id(row)]
                 mine = drafts[b]
-                token, q = next_draft(logits[i, len(feeds[i]) - 1], row.req.params, row.generator, self.target.vocab_size,
-                                      confidence if row.adaptive and mine else 0.0)
+                token, q, sure = next_draft(logits[i, len(feeds[i]) - 1], row.req.params, row.generator,
+                                            self.target.vocab_size, confidence if row.adaptive else 0.0)
                 feeds[i] = []
-                if token is None:
-                    continue
                 mine.append(token)
                 if q is not None:
                     qs[b] = (qs[b] or []) + [q]
-                if len(mine) < goal[i]:
+                if sure and len(mine) < goal[i]:
                     feeds[i] = [token]
         if positions:
             # What one more draft position costs the step, sampling and bookkeeping included.

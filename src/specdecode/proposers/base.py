@@ -39,8 +39,9 @@ class Proposer(Protocol):
         """Guess up to k tokens following `context` (prompt + everything emitted so far).
 
         Which tokens are proposed may depend on anything; exactness only requires that `probs` is
-        the distribution each token was actually drawn from. Hence min_confidence (stop drafting
-        when the draft is unsure) must be judged on the next distribution *before* sampling from
-        it: a rule that looked at the sampled token would keep only some samples of q, and the
-        kept ones would no longer follow q.
+        the distribution each token was actually drawn from, and that a token once sampled is
+        proposed. Hence min_confidence stops drafting *after* a token the draft was unsure of (its
+        own probability of it below the threshold) and keeps that token: a rule that dropped the
+        sampled token because of its value would keep only some samples of q, and the kept ones
+        would no longer follow q (the suite rejects that variant).
         """

@@ -58,30 +58,33 @@ class DraftModelProposer:
         for _ in range(k):
             logits = self.runner.forward(feed)[-1]
             self.cached.extend(feed)
-            token, q = next_draft(logits, params, generator, self.target_vocab, min_confidence if tokens else 0.0)
-            if token is None:
-                break
+            token, q, sure = next_draft(logits, params, generator, self.target_vocab, min_confidence)
             tokens.append(token)
             if q is not None:
                 probs.append(q)
+            if not sure:
+                break
             feed = [token]
         return Proposal(tokens=tokens, probs=torch.stack(probs) if probs else None, fed=fed)
 
 
 def next_draft(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None, target_vocab: int,
-               min_confidence: float = 0.0) -> tuple[int | None, torch.Tensor | None]:
-    """The next drafted token from the draft's logits [V], and the q it was drawn from (None when
-    greedy: q is then one-hot). (None, None) when the draft is too unsure to go on.
+               min_confidence: float = 0.0) -> tuple[int, torch.Tensor | None, bool]:
+    """The next drafted token from the draft's logits [V], the q it was drawn from (None when
+    greedy: q is then one-hot), and whether to draft on after it: the draft's own probability of
+    the token (at temperature 1) is at least min_confidence.
 
-    The confidence stop is judged before sampling (see Proposer.propose), on the draft's top
-    probability at temperature 1, a function of the prefix only.
+    The token is kept either way: its forward pass is paid for, and dropping a sampled draft
+    because of its own value would keep only some samples of q (see Proposer.propose). Stopping
+    after it only decides how many more tokens to draft, which may depend on everything drafted.
     """
-    if min_confidence > 0 and float(torch.softmax(logits, -1).max()) < min_confidence:
-        return None, None
     if params.greedy:
-        return int(logits.argmax()), None
-    q = pad_vocab(probs_from_logits(logits, params), target_vocab)
-    return int(sample_from(q, generator)), q
+        token, q = int(logits.argmax()), None
+    else:
+        q = pad_vocab(probs_from_logits(logits, params), target_vocab)
+        token = int(sample_from(q, generator))
+    sure = min_confidence <= 0 or float(torch.softmax(logits.float(), -1)[token]) >= min_confidence
+    return token, q, sure
 
 
 def common_prefix(a: list[int], b: list[int], start: int = 0) -> int:
