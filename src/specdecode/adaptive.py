@@ -12,8 +12,9 @@ exact.
   rejection-driven controller would cut k after every miss and lose the rare long match; and it
   turns drafting off (k = 0, plain decoding, with a periodic one-token probe so that a change in
   the text is noticed) when no k beats plain decoding (by `margin`, none by default).
-- With several sources (the hybrid proposer: lookup and draft model) each has its own rule, and a
-  pass drafts from the source whose best k promises most (`SourceChoice`).
+- With several sources (the lookup's match lengths; for the hybrid proposer also the draft model)
+  each has its own rule, and a pass drafts from the source whose best k promises most
+  (`SourceChoice`).
 - The controller follows transformers' assisted-generation heuristic (+2 after a fully accepted
   block, -1 after a rejection). It decides until the costs are known (the first pass), and alone
   where no cost rule applies (`auto_cost_cap = False`; the batched server, whose load policy
@@ -98,8 +99,8 @@ class AdaptiveK:
 class SourceChoice:
     """k="auto" for one request: which source drafts the next pass, and how far.
 
-    A plain proposer has one source; the hybrid has two (n-gram lookup and the draft model), each
-    with its own rule, acceptance and cost per token. Every pass drafts from the source whose best
+    The draft model is one source; the lookup is one per match length (ngram3, ngram2, ngram1);
+    the hybrid has all four. Each has its own rule, acceptance and cost per token. Every pass drafts from the source whose best
     k promises the most tokens per second at the measured costs (the lookup only where it matches);
     a source whose cost is not measured yet drafts at its controller's allowance so that it gets
     measured. When no source beats plain decoding, drafting is off, with a one-token probe every
