@@ -53,7 +53,8 @@ class GenerationStats:
     # counts above (the uniforms of the rejection step integrated out) and, sampling, far less noise,
     # and it counts positions after the first rejection too: what `tune` builds its predictions on.
     expected_per_position: list[float] = field(default_factory=list)
-    # Source -> [passes, drafted, accepted]: which proposer drafted (a hybrid has two).
+    # Source -> [passes, drafted, accepted]: the draft model, the lookup's match lengths (ngram3/2/1),
+    # or none (a pass that drafted nothing).
     by_source: dict[str, list[int]] = field(default_factory=dict)
     prefill_s: float = 0.0
     draft_s: float = 0.0

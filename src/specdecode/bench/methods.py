@@ -34,7 +34,7 @@ class Run:
     accepted: int | None = None
     drafted_per_position: list[int] = field(default_factory=list)
     accepted_per_position: list[int] = field(default_factory=list)
-    by_source: dict[str, list[int]] = field(default_factory=dict)  # a hybrid's passes per source
+    by_source: dict[str, list[int]] = field(default_factory=dict)  # passes, drafted, accepted per source
     draft_s: float | None = None
     verify_s: float | None = None
     prefill_s: float | None = None
@@ -185,7 +185,7 @@ class LlamaCppMethod:
 def make_method(name: str, gen: SpeculativeGenerator, target_spec: str, target_model, tokenizer, draft_model,
                 assistant=None):
     """One bench method over the loaded models; raises with the reason when it cannot run here.
-    `assistant`: hf-assisted's draft when the first draft is not a transformers model."""
+    `assistant`: hf-assisted's draft (default: draft_model), a transformers model or None."""
     from ..loading import eos_ids
     from ..models import resolve
 
@@ -193,8 +193,7 @@ def make_method(name: str, gen: SpeculativeGenerator, target_spec: str, target_m
         return EngineMethod(name, gen)
     if name in HF_METHODS:
         hf_target = torch_model(target_model)
-        hf_draft = next((torch_model(m) for m in (draft_model, assistant) if m is not None and torch_model(m) is not None),
-                        None)
+        hf_draft = torch_model(assistant if assistant is not None else draft_model)
         if hf_target is None or (name == "hf-assisted" and hf_draft is None):
             raise ValueError(f"{name} runs transformers' generate, which needs transformers models (hf: backend)")
         return HFMethod(name, hf_target, tokenizer, eos_ids(hf_target, tokenizer), assistant=hf_draft)

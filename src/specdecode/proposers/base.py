@@ -16,7 +16,7 @@ class Proposal:
     # The distributions the tokens were sampled from, [len(tokens), V_target] float32, or None when
     # the proposal is deterministic (q is one-hot on each token).
     probs: torch.Tensor | None = None
-    source: str | None = None  # which of a hybrid's proposers drafted it (None: the proposer itself)
+    source: str | None = None  # which source drafted it (e.g. ngram2; None: the proposer itself)
     # Context tokens processed before the first draft (a draft model catching up on what the
     # lookup drafted or plain passes emitted): a cost of the switch, not of each drafted token.
     fed: int = 1
