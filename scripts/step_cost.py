@@ -4,26 +4,18 @@ compiled static step (hf-compile:), for the default draft and target after a 300
     python scripts/step_cost.py [DTYPE]      (default bfloat16; prints medians in ms and compile time)
 """
 
-import statistics
 import sys
-import time
 
 from specdecode.backends.hf import HFRunner
 from specdecode.backends.hf_static import StaticRunner
 from specdecode.loading import load_models
+from specdecode.tune import time_step
 
 CONTEXT = list(range(1000, 1300))
 
 
-def step_ms(runner, steps: int = 20) -> float:
-    runner.reset()
-    runner.forward(CONTEXT)
-    times = []
-    for i in range(steps):
-        start = time.perf_counter()
-        runner.forward([5 + i])
-        times.append(time.perf_counter() - start)
-    return statistics.median(times[3:]) * 1000  # the first steps warm caches (and compile)
+def step_ms(runner) -> float:
+    return time_step(runner, CONTEXT, steps=17, warmup=3) * 1000  # the first steps warm caches (and compile)
 
 
 def main(dtype: str = "bfloat16") -> None:

@@ -63,38 +63,63 @@ class Prediction:
     costs: dict = field(default_factory=dict)
 
 
+def sync(runner) -> None:
+    """Wait for the runner's queued GPU work: CUDA kernels run asynchronously, so a clock read without
+    this measures the launch of a pass, not the pass."""
+    device = getattr(runner, "device", None)
+    if device is not None and device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 @torch.inference_mode()
+def time_widths(runner, prompt_ids: list[int], widths: list[int], repeats: int = 5) -> dict[int, float]:
+    """Median seconds of one pass scoring `width` tokens (logits for each) after prompt_ids[:-1].
+
+    Widths are timed in rounds (ascending, then descending, ...), not one width after the other:
+    this machine's speed drifts by tens of percent within minutes, and timing the widths in
+    sequence would read that drift as a slope.
+    """
+    runner.reset()
+    runner.forward(prompt_ids[:-1])
+    base = runner.length
+    times: dict[int, list[float]] = {w: [] for w in widths}
+    for r in range(repeats):
+        for width in widths if r % 2 == 0 else widths[::-1]:
+            sync(runner)
+            t0 = time.perf_counter()
+            runner.forward(prompt_ids[-1:] + [prompt_ids[-1]] * (width - 1), all_logits=True)
+            sync(runner)
+            times[width].append(time.perf_counter() - t0)
+            runner.truncate(base)
+    return {w: statistics.median(t) for w, t in times.items()}
+
+
+@torch.inference_mode()
+def time_step(runner, prompt_ids: list[int], steps: int = 10, warmup: int = 0) -> float:
+    """Median seconds of a one-token pass (a draft step, or plain decoding) after the prompt; the
+    first `warmup` steps are not counted (a compiled step traces on its first call)."""
+    runner.reset()
+    runner.forward(prompt_ids)
+    times = []
+    for i in range(warmup + steps):
+        sync(runner)
+        t0 = time.perf_counter()
+        runner.forward([prompt_ids[-1 - (i % 4)]])
+        sync(runner)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[warmup:])
+
+
 def measure_costs(gen: SpeculativeGenerator, prompt_ids: list[int], max_width: int = 16, repeats: int = 5) -> Costs:
     """The target's verify pass by width, the draft's cost per token and one n-gram lookup.
 
-    Widths are timed in rounds (1..max, then max..1, ...), not one width after the other: this
-    machine's speed drifts by tens of percent within minutes, and timing the widths in sequence
-    would read that drift as a slope. A pass over more tokens never costs less, so the medians are
-    then fitted non-decreasing (isotonic regression): a dip at one width is noise, not a bargain.
+    A pass over more tokens never costs less, so the widths' medians are fitted non-decreasing
+    (isotonic regression): a dip at one width is noise, not a bargain.
     """
-    target = gen.target
-    target.reset()
-    target.forward(prompt_ids[:-1])
-    base = target.length
-    times: dict[int, list[float]] = {w: [] for w in range(1, max_width + 1)}
-    for r in range(repeats):
-        for width in range(1, max_width + 1) if r % 2 == 0 else range(max_width, 0, -1):
-            t0 = time.perf_counter()
-            target.forward(prompt_ids[-1:] + [prompt_ids[-1]] * (width - 1), all_logits=True)
-            times[width].append(time.perf_counter() - t0)
-            target.truncate(base)
-    verify = monotone({w: statistics.median(t) for w, t in times.items()})
+    verify = monotone(time_widths(gen.target, prompt_ids, list(range(1, max_width + 1)), repeats))
     draft_s = 0.0
     if "draft" in gen.proposers:
-        runner = gen.proposers["draft"].runner
-        runner.reset()
-        runner.forward(prompt_ids)
-        draft_times = []
-        for i in range(repeats * 2):
-            t0 = time.perf_counter()
-            runner.forward([prompt_ids[-1 - (i % 4)]])
-            draft_times.append(time.perf_counter() - t0)
-        draft_s = statistics.median(draft_times)
+        draft_s = time_step(gen.proposers["draft"].runner, prompt_ids, steps=repeats * 2)
     from .proposers.ngram import lookup
 
     arr = np.asarray(prompt_ids * 4)
