@@ -113,8 +113,8 @@ def _ragged(D, Qp, P_all, qs, tau, of_sample, rejection, gen):
     for j in range(1, k):
         if of_sample:  # WRONG: drops draft j because of its own sampled value
             ok = qs[j].gather(1, D[:, j : j + 1]).squeeze(1) >= tau
-        else:  # right: draft j is made only if the draft was sure of draft j - 1 (which is kept)
-            ok = qs[j - 1].gather(1, D[:, j - 1 : j]).squeeze(1) >= tau
+        else:  # right: draft j is made only if the draft was sure at position j - 1 (that draft is kept)
+            ok = qs[j - 1].max(1).values >= tau
         going &= ok
         keep += going.long()
     tokens = torch.full((R, k + 1), -1, dtype=torch.long)

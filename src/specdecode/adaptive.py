@@ -19,8 +19,9 @@ exact.
   block, -1 after a rejection). It decides until the costs are known (the first pass), and alone
   where no cost rule applies (`auto_cost_cap = False`; the batched server, whose load policy
   caps k from batched costs).
-- The draft drafts no further after a token it gave less than `min_confidence` (that token is
-  kept: its forward pass is paid for, and dropping it would bias the drafts).
+- The draft drafts no further after a position where its top probability was below
+  `min_confidence` (the token drafted there is kept: its forward pass is paid for, and dropping it
+  would bias the drafts).
 """
 
 from __future__ import annotations

@@ -148,7 +148,7 @@ class SpeculativeGenerator:
         self.eos_token_ids = frozenset(int(t) for t in eos_token_ids)
         self.info: dict = {}  # where the models came from and their dtypes, for reports
         self.auto_k_max = 8  # the largest k that k="auto" may reach
-        self.auto_min_confidence = 0.4  # k="auto" drafts no further after a draft it gave less than this
+        self.auto_min_confidence = 0.4  # k="auto" drafts no further where the draft's top probability is below this
         self.auto_cost_cap = True  # k="auto" keeps k where it pays at the measured costs (adaptive.py)
         # Learnt from every pass of every request, so a new request starts from what this machine
         # and these models really cost, and from how well each proposer has been doing lately.

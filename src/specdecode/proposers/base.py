@@ -21,6 +21,12 @@ class Proposal:
     # lookup drafted or plain passes emitted): a cost of the switch, not of each drafted token.
     fed: int = 1
 
+    @property
+    def caught_up(self) -> bool:
+        """The draft model first processed more than a normal pass feeds it (the last emitted token,
+        plus the last draft of a fully accepted block): the pass timed a catch-up, not drafting."""
+        return self.fed > 2
+
 
 class Proposer(Protocol):
     name: str
@@ -40,8 +46,8 @@ class Proposer(Protocol):
 
         Which tokens are proposed may depend on anything; exactness only requires that `probs` is
         the distribution each token was actually drawn from, and that a token once sampled is
-        proposed. Hence min_confidence stops drafting *after* a token the draft was unsure of (its
-        own probability of it below the threshold) and keeps that token: a rule that dropped the
+        proposed. Hence min_confidence stops drafting *after* a position where the draft was unsure
+        (its top probability there below the threshold) and keeps that token: a rule that dropped the
         sampled token because of its value would keep only some samples of q, and the kept ones
         would no longer follow q (the suite rejects that variant).
         """
