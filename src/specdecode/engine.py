@@ -296,7 +296,7 @@ class SpeculativeGenerator:
             stats.record_pass(len(drafts), accepted, t1 - t0, t2 - t1, chances, source)
             # A pass that first caught the draft model up on many tokens says little of what a
             # drafted token costs: only its verify time is kept.
-            self.pass_costs.observe(source, len(drafts) if proposal.fed <= 2 else 0, t1 - t0, 1 + len(drafts), t2 - t1)
+            self.pass_costs.observe(source, 0 if proposal.caught_up else len(drafts), t1 - t0, 1 + len(drafts), t2 - t1)
             self.pooled(source).update(len(drafts), accepted)
             if auto and drafts:
                 auto.update(source, len(drafts), accepted)
