@@ -108,7 +108,7 @@ def test_bench_cli_writes_schema(monkeypatch, capsys, tiny_dirs, tmp_path):
     out = tmp_path / "out"
     monkeypatch.setattr(sys, "argv", [
         "specdecode", "bench", "--workload", str(workload), "--target", tiny_dirs["target"], "--draft",
-        tiny_dirs["draft"], "--dtype", "fp32", "--methods", "plain,draft,ngram,hf,hf-pld", "--k", "1,3",
+        f"{tiny_dirs['draft']},{tiny_dirs['target']}", "--dtype", "fp32", "--methods", "plain,draft,ngram,hf,hf-pld", "--k", "1,3",
         "--temperature", "0,1", "--max-new-tokens", "8", "--turns", "all", "--out", str(out)])
     try:
         cli.main()
@@ -121,8 +121,9 @@ def test_bench_cli_writes_schema(monkeypatch, capsys, tiny_dirs, tmp_path):
     for r in records:
         assert required <= set(r), required - set(r)
     methods = {(r["method"], r["k"]) for r in records}
+    # A second draft is benched as its own method, named by its backend.
     assert methods == {("plain", None), ("hf", None), ("draft", 1), ("draft", 3), ("ngram", 1), ("ngram", 3),
-                       ("hf-pld", 1), ("hf-pld", 3)}
+                       ("hf-pld", 1), ("hf-pld", 3), ("draft-torch", 1), ("draft-torch", 3)}
     assert {r["category"] for r in records} == {"all", "code", "chat"}
     runs = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
     assert {r["turn"] for r in runs} == {0, 1}  # both turns of the conversation measured

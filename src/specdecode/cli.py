@@ -372,8 +372,8 @@ def bench(
             label = f"draft-{backend_name(other)}"
             if "@" in spec:  # a requantised llama.cpp draft: draft-llamacpp-q4_0
                 label += "-" + spec.rpartition("@")[2].lower()
-            if any(m.name == label for m in grid.methods) or label == "draft-torch":
-                label = f"draft-{len(grid.methods)}"
+            if any(m.name == label for m in grid.methods):  # two drafts of one backend: name the spec
+                label = "draft-" + "".join(ch if ch.isalnum() or ch in "._@" else "-" for ch in spec.strip())
             grid.methods.append(EngineMethod("draft", build_generator(target_model, tokenizer, "draft", other,
                                                                       other_tok), label=label))
     # Warm-up: every method once on a short prompt, untimed. A method this environment cannot run
