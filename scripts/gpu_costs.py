@@ -27,7 +27,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from specdecode.backends.hf import HFRunner
 from specdecode.backends.hf_static import StaticRunner
-from specdecode.tune import time_step, time_widths
+from specdecode.tune import sync, time_step, time_widths
 
 SHAPES = {
     "target": dict(label="8B-shaped (Llama-3.1-8B)", vocab_size=128256, hidden_size=4096, intermediate_size=14336,
@@ -96,10 +96,10 @@ def compiled_verify_s(runner: StaticRunner, prompt: list[int], width: int, steps
     positions = torch.arange(runner.length, runner.length + width, device=runner.device)
     times = []
     for _ in range(3 + steps):  # the first calls trace and capture; the same positions are rewritten
-        torch.cuda.synchronize() if runner.device.type == "cuda" else None
+        sync(runner)
         t0 = time.perf_counter()
         runner._step(ids, positions, 0)
-        torch.cuda.synchronize() if runner.device.type == "cuda" else None
+        sync(runner)
         times.append(time.perf_counter() - t0)
     return statistics.median(times[3:])
 

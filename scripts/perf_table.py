@@ -12,15 +12,11 @@ plain's, and the median time to first token.
 import json
 import sys
 
+from k_check import decode_rate  # this folder is on sys.path when a script in it runs
+
 
 def fmt(x, spec=".2f", suffix=""):
     return "-" if x is None else f"{x:{spec}}{suffix}"
-
-
-def decode_rate(r: dict) -> float | None:
-    if not r.get("prefill_s"):
-        return None
-    return r["new_tokens"] / (r["total_s"] - r["prefill_s"])
 
 
 def main(path: str, categories: list[str]) -> None:
@@ -37,7 +33,9 @@ def main(path: str, categories: list[str]) -> None:
             assisted = by.get(("hf-assisted", None, r["temperature"]))
             vs_assisted = r["tokens_per_s"] / assisted["tokens_per_s"] if assisted else None
             plain = by.get(("plain", None, r["temperature"]))
-            decode, plain_decode = decode_rate(r), plain and decode_rate(plain)
+            # Peers that do not report their prefill (transformers' generate) get no decode rate.
+            decode = decode_rate(r) if r.get("prefill_s") else None
+            plain_decode = decode_rate(plain) if plain and plain.get("prefill_s") else None
             decode_vs_plain = decode / plain_decode if decode and plain_decode else None
             print(f"| {r['method']} | {r['backend']} | {'-' if r['k'] is None else r['k']} | {r['temperature']:g} | "
                   f"{r['tokens_per_s']:.2f} | {fmt(r['speedup_vs_plain'], suffix='x')} | "

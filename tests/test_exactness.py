@@ -116,8 +116,9 @@ def test_greedy_is_the_argmax_path():
 
 @pytest.mark.parametrize("k", [3, 6])
 def test_adaptive_confidence_stop(k):
-    """k="auto"'s early stop: a row drafts on only after a draft it gave probability >= 0.5 (the
-    unsure draft itself is kept), so rows verify different numbers of drafts."""
+    """k="auto"'s early stop: a row drafts on only after a position where the draft's top
+    probability was >= 0.5 (the draft made there is kept either way), so rows verify different
+    numbers of drafts."""
     P, Q = tables(V=4, seed=2)
     counts = toy.simulate(P, Q, k, N, L, seed=90 + k, params=T1, min_confidence=0.5)
     assert_exact(check(counts, P, T1))

@@ -101,11 +101,12 @@ class SourceChoice:
     """k="auto" for one request: which source drafts the next pass, and how far.
 
     The draft model is one source; the lookup is one per match length (ngram3, ngram2, ngram1);
-    the hybrid has all four. Each has its own rule, acceptance and cost per token. Every pass drafts from the source whose best
-    k promises the most tokens per second at the measured costs (the lookup only where it matches);
-    a source whose cost is not measured yet drafts at its controller's allowance so that it gets
-    measured. When no source beats plain decoding, drafting is off, with a one-token probe every
-    `probe_every` passes (from the sources in turn) so that a change in the text is noticed.
+    the hybrid has all four. Each has its own rule, acceptance and cost per token. Every pass
+    drafts from the source whose best k promises the most tokens per second at the measured costs
+    (the lookup only where it matches); a source whose cost is not measured yet drafts at its
+    controller's allowance so that it gets measured. When no source beats plain decoding, drafting
+    is off, with a one-token probe every `probe_every` passes (from the sources in turn) so that a
+    change in the text is noticed.
     """
 
     rules: dict[str, AdaptiveK]
