@@ -109,7 +109,7 @@ def test_bench_cli_writes_schema(monkeypatch, capsys, tiny_dirs, tmp_path):
     monkeypatch.setattr(sys, "argv", [
         "specdecode", "bench", "--workload", str(workload), "--target", tiny_dirs["target"], "--draft",
         f"{tiny_dirs['draft']},{tiny_dirs['target']}", "--dtype", "fp32", "--methods", "plain,draft,ngram,hf,hf-pld", "--k", "1,3",
-        "--temperature", "0,1", "--max-new-tokens", "8", "--turns", "all", "--out", str(out)])
+        "--temperature", "0,1", "--max-new-tokens", "8", "--turns", "all", "--draft-context", "4", "--out", str(out)])
     try:
         cli.main()
     except SystemExit as exc:
@@ -125,6 +125,9 @@ def test_bench_cli_writes_schema(monkeypatch, capsys, tiny_dirs, tmp_path):
     assert methods == {("plain", None), ("hf", None), ("draft", 1), ("draft", 3), ("ngram", 1), ("ngram", 3),
                        ("hf-pld", 1), ("hf-pld", 3), ("draft-torch", 1), ("draft-torch", 3)}
     assert {r["category"] for r in records} == {"all", "code", "chat"}
+    # Both drafts saw only the end of each prompt, and the report says so.
+    assert {r["backend"] for r in records if r["method"].startswith("draft")} == {
+        "torch + torch draft (last 4 prompt tokens)"}
     runs = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
     assert {r["turn"] for r in runs} == {0, 1}  # both turns of the conversation measured
     report = (out / "report.md").read_text()

@@ -21,8 +21,8 @@ def run(monkeypatch, capsys, *args):
 
 def test_generate_json(monkeypatch, capsys, tiny_dirs):
     code, out, err = run(monkeypatch, capsys, "generate", "hello", "--target", tiny_dirs["target"], "--draft",
-                         tiny_dirs["draft"], "--k", "3", "--max-new-tokens", "12", "--dtype", "fp32", "--ignore-eos",
-                         "--json")
+                         tiny_dirs["draft"], "--k", "3", "--max-new-tokens", "12", "--draft-context", "2", "--dtype", "fp32",
+                         "--ignore-eos", "--json")
     assert code == 0, err
     result = json.loads(out)
     assert set(result) == {"text", "token_ids", "stats"}
@@ -51,6 +51,7 @@ def test_generate_streams_and_summarises(monkeypatch, capsys, tiny_dirs):
         (["--k", "x"], "--k must be a whole number"),
         (["--proposer", "magic"], "unknown proposer 'magic'"),
         (["--dtype", "int3"], "unknown dtype 'int3'"),
+        (["--draft-context", "-5"], "--draft-context is a number of prompt tokens >= 1"),
         (["--prompt", ""], "the prompt is empty"),
         (["--prompt", "word " * 600], "but the target's context is 512"),
     ],

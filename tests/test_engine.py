@@ -28,6 +28,29 @@ def test_greedy_speculative_equals_plain(twin_gen, small_draft_gen, prompt, k):
         assert spec.text == plain.text
 
 
+@pytest.mark.parametrize("proposer", ["draft", "hybrid"])
+def test_draft_context_window_prefills_the_end_of_the_prompt_only(target_model, tok, proposer):
+    prompt = "The quick brown fox jumps over the lazy dog. The quick brown"
+    twin = tiny.model(hidden=64, layers=2, seed=0)
+    gen = SpeculativeGenerator.from_models(target_model, tok, proposer, twin, tok, draft_context=8)
+    drafter = gen.proposers["draft"]
+    ids = gen.encode(prompt, chat=False)
+    drafter.start(ids)
+    assert drafter.runner.length == 7  # the last 8 prompt tokens, all but the one fed with the first pass
+    plain = gen.generate(prompt, greedy(40), chat=False, proposer="none")
+    for k in (1, 4, "auto"):
+        spec = gen.generate(prompt, greedy(40), k=k, chat=False, proposer=proposer)
+        assert spec.token_ids == plain.token_ids, k
+    assert drafter.offset == len(ids) - 8
+
+
+def test_draft_context_window_must_be_a_token_count(target_model, tok):
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match="context window"):
+            SpeculativeGenerator.from_models(target_model, tok, "draft", tiny.model(hidden=32, layers=1), tok,
+                                             draft_context=bad)
+
+
 def test_twin_draft_accepts_all_and_passes_shrink(twin_gen):
     out = twin_gen.generate("hello", greedy(31), k=4, chat=False, proposer="draft")
     s = out.stats

@@ -342,3 +342,23 @@ def test_control_hybrid_with_naive_residual_is_rejected(near_draft_gen, target_m
     counts, _ = hybrid_samples(near_draft_gen, 2)
     result = one_sample(counts, exact_model_joint(target_model, HYBRID_PROMPT, TOPK, 3), alpha=ALPHA)
     assert result.p_value < ALPHA, result
+
+
+# -- a draft that sees only the end of the prompt: what it proposes changes, the output may not --
+
+def test_draft_context_window_joint_distribution(near_draft_gen, target_model):
+    from collections import Counter
+
+    drafter = near_draft_gen.proposers["draft"]
+    counts, prefilled = Counter(), set()
+    drafter.context_window = 2  # of the 4 prompt tokens, the draft sees [7, 8]
+    try:
+        for i in range(BATCH_N):
+            out = near_draft_gen.generate(list(BATCH_PROMPT), TOPK.replace(seed=4000 + i), k=2, chat=False,
+                                          proposer="draft")
+            counts[tuple(out.token_ids)] += 1
+            prefilled.add(drafter.offset)
+    finally:
+        drafter.context_window = None
+    assert prefilled == {2}  # the window was live
+    assert_exact(one_sample(counts, exact_model_joint(target_model, BATCH_PROMPT, TOPK, 3), alpha=ALPHA))

@@ -65,6 +65,14 @@ Draft = typer.Option("default", "--draft", help="draft model (for --proposer dra
 Proposer = typer.Option("draft", "--proposer", help="draft | ngram | hybrid (lookup, else the draft) | none")
 DType = typer.Option("auto", "--dtype", help="auto | bfloat16 (bf16) | float32 (fp32) | int8 (dynamic int8 linears); auto = bf16 where it is fast, else int8")
 DraftDType = typer.Option(None, "--draft-dtype", help="dtype of the draft model (default: --dtype); int8 is cheap")
+DraftContext = typer.Option(0, "--draft-context", help="the draft model sees only the last N prompt tokens "
+                            "(0: all): a shorter draft prefill, the output distribution unchanged")
+
+
+def check_draft_context(n: int) -> int | None:
+    if n < 0:
+        raise InvalidParameter(f"--draft-context is a number of prompt tokens >= 1, or 0 for the whole prompt; got {n}")
+    return n or None
 
 
 @app.command()
@@ -84,6 +92,7 @@ def generate(
     ignore_eos: bool = typer.Option(False, "--ignore-eos"),
     dtype: str = DType,
     draft_dtype: Optional[str] = DraftDType,
+    draft_context: int = DraftContext,
     no_chat: bool = typer.Option(False, "--no-chat", help="do not apply the chat template"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object instead of streaming"),
     config: Optional[str] = typer.Option(None, "--config", help="a file from `specdecode tune --save`: its "
@@ -103,7 +112,7 @@ def generate(
     params = sampling_from_flags(max_new_tokens, temperature, top_k, top_p, min_p, seed, stop, ignore_eos)
     steps = parse_k(k)
     gen = SpeculativeGenerator.from_pretrained(target=target, draft=draft, proposer=proposer, dtype=dtype,
-                                               draft_dtype=draft_dtype)
+                                               draft_dtype=draft_dtype, draft_context=check_draft_context(draft_context))
     if distributed and int(os.environ.get("RANK", "0")) != 0:
         gen.generate(prompt, params, k=steps, chat=not no_chat)  # the other ranks only compute
         return
@@ -155,6 +164,7 @@ def verify(
     seed: int = typer.Option(0, "--seed"),
     dtype: str = typer.Option("float32", "--dtype", help="float32 by default: exact, and fast for batches on CPU"),
     draft_dtype: Optional[str] = DraftDType,
+    draft_context: int = DraftContext,
     no_chat: bool = typer.Option(False, "--no-chat"),
     naive: bool = typer.Option(False, "--naive", help="use the WRONG residual (sample from p) to see the check fail"),
     alpha: float = typer.Option(1e-3, "--alpha", help="false-alarm probability of each test"),
@@ -276,6 +286,7 @@ def bench(
     draft: str = Draft,
     dtype: str = DType,
     draft_dtype: Optional[str] = DraftDType,
+    draft_context: int = DraftContext,
     out_dir: str = typer.Option("bench-out", "--out", help="directory for results.json, report.md and plots"),
     config: Optional[str] = typer.Option(None, "--config", help="a `tune --save` file: its models and dtypes are "
                                                                 "used and its k joins the grid"),
@@ -334,6 +345,7 @@ def bench(
         raise InvalidParameter("--repeats must be >= 1")
     for t in temps:
         SamplingParams(temperature=t)  # validates
+    window = check_draft_context(draft_context)
     config = BenchConfig(k_values, temps, max_new_tokens, repeats, seed, turns, ignore_eos=ignore_eos)
     SamplingParams(max_new_tokens=max_new_tokens)
     if prompt_lengths is None:
@@ -349,7 +361,7 @@ def bench(
     if prompt_lengths is not None:
         prompts = length_sweep(tokenizer, parse_list(prompt_lengths, int, "--prompt-lengths"))
     gen = build_generator(target_model, tokenizer, "draft" if draft_model is not None else "none", draft_model,
-                          draft_tok)
+                          draft_tok, draft_context=window)
     too_long = [(p.id, p.category, n) for p in prompts
                 if (n := len(gen.encode(p.turns[0]))) + max_new_tokens > gen.target.max_context]
     if too_long:
@@ -375,7 +387,7 @@ def bench(
             if any(m.name == label for m in grid.methods):  # two drafts of one backend: name the spec
                 label = "draft-" + "".join(ch if ch.isalnum() or ch in "._@" else "-" for ch in spec.strip())
             grid.methods.append(EngineMethod("draft", build_generator(target_model, tokenizer, "draft", other,
-                                                                      other_tok), label=label))
+                                                                      other_tok, draft_context=window), label=label))
     # Warm-up: every method once on a short prompt, untimed. A method this environment cannot run
     # is reported as skipped with the reason instead of failing the whole bench.
     warm = SamplingParams(max_new_tokens=4, temperature=0.0)
@@ -404,7 +416,7 @@ def bench(
     cfg = {"workload": prompt_lengths and f"prompt lengths {prompt_lengths}" or workload, "categories": categories,
            "limit": limit, "turns": turns, "methods": method_names, "k": k_values, "temperature": temps,
            "max_new_tokens": max_new_tokens, "repeats": repeats, "seed": seed, "concurrency": 1,
-           "prompts": len(prompts)}
+           "prompts": len(prompts), "draft_context": window}
     write_outputs(Path(out_dir), records, runs, env, cfg, grid.skipped)
     table = Table("method", "k", "T", "tok/s", "speedup", "acceptance", "mean acc.", "TTFT ms", "ITL p50 ms")
     for r in records:

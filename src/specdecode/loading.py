@@ -16,14 +16,17 @@ def load_generator(
     draft_dtype: str | None = None,
     ngram_max: int = 3,
     ngram_min: int = 1,
+    draft_context: int | None = None,
 ) -> SpeculativeGenerator:
-    """draft_dtype defaults to dtype; int8 drafts are cheap and cost nothing in exactness."""
+    """draft_dtype defaults to dtype; int8 drafts are cheap and cost nothing in exactness.
+    draft_context: the draft model sees only the last N prompt tokens (see DraftModelProposer)."""
     _check_proposer(proposer)
     target_model, tokenizer, draft_model, draft_tokenizer = load_models(
         target, draft if proposer in ("draft", "hybrid") else None, dtype, draft_dtype
     )
     gen = build_generator(
-        target_model, tokenizer, proposer, draft_model, draft_tokenizer, ngram_max=ngram_max, ngram_min=ngram_min
+        target_model, tokenizer, proposer, draft_model, draft_tokenizer, ngram_max=ngram_max, ngram_min=ngram_min,
+        draft_context=draft_context,
     )
     gen.info.update(target=target, draft=draft if draft_model is not None else None, dtype=parse_dtype(dtype),
                     draft_dtype=parse_dtype(draft_dtype or dtype) if draft_model is not None else None)
@@ -94,6 +97,7 @@ def build_generator(
     draft_tokenizer=None,
     ngram_max: int = 3,
     ngram_min: int = 1,
+    draft_context: int | None = None,
 ) -> SpeculativeGenerator:
     """The generator over loaded models. Every generator can also run `ngram` and `none` per
     request; `draft` and `hybrid` (lookup first, else the draft) when a draft model is given."""
@@ -103,7 +107,7 @@ def build_generator(
     if draft_model is not None:
         draft_runner = as_runner(draft_model)
         check_vocab_compatible(tokenizer, draft_tokenizer or tokenizer, runner.vocab_size, draft_runner.vocab_size)
-        proposers["draft"] = DraftModelProposer(draft_runner, runner.vocab_size)
+        proposers["draft"] = DraftModelProposer(draft_runner, runner.vocab_size, context_window=draft_context)
         proposers["hybrid"] = HybridProposer(proposers["ngram"], proposers["draft"])
     elif proposer in ("draft", "hybrid"):
         raise ModelError(f"the {proposer} proposer needs a draft model")

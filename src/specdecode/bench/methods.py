@@ -63,7 +63,10 @@ class EngineMethod:
         # e.g. "torch" or "torch + llamacpp draft": which backend runs which model.
         self.backend = backend_name(gen.target)
         if self.proposer in ("draft", "hybrid"):
-            self.backend += f" + {backend_name(gen.proposers['draft'].runner)} draft"
+            drafter = gen.proposers["draft"]
+            self.backend += f" + {backend_name(drafter.runner)} draft"
+            if drafter.context_window:
+                self.backend += f" (last {drafter.context_window} prompt tokens)"
 
     def begin_prompt(self) -> None:
         """k="auto" learns each proposer's acceptance from every request; in a bench the same
