@@ -164,7 +164,6 @@ def verify(
     seed: int = typer.Option(0, "--seed"),
     dtype: str = typer.Option("float32", "--dtype", help="float32 by default: exact, and fast for batches on CPU"),
     draft_dtype: Optional[str] = DraftDType,
-    draft_context: int = DraftContext,
     no_chat: bool = typer.Option(False, "--no-chat"),
     naive: bool = typer.Option(False, "--naive", help="use the WRONG residual (sample from p) to see the check fail"),
     alpha: float = typer.Option(1e-3, "--alpha", help="false-alarm probability of each test"),
