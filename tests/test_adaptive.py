@@ -213,3 +213,50 @@ def test_auto_skips_weak_lookup_matches_but_keeps_strong_ones():
         auto.update("ngram1", drafted=6, accepted=0)
     assert auto.choose(costs, {"ngram3": 6, "ngram1": 0}) == ("ngram3", 6)
     assert auto.choose(costs, {"ngram3": 0, "ngram1": 6}) == ("ngram1", 0)  # off for weak matches
+
+
+def test_acceptance_counts_chances_instead_of_coins():
+    """Given each draft's chance min(1, p/q), a tracker counts expected acceptance: greedy (0/1
+    chances) it is the same as counting what happened, and sampling it follows the true c_j with
+    far less noise than counting the sampler's coins."""
+    import numpy as np
+
+    a, b = AcceptanceTracker(), AcceptanceTracker()
+    for drafted, accepted, chances in [(3, 1, [1.0, 0.0, 1.0]), (4, 4, [1.0] * 4), (2, 0, [0.0, 1.0])]:
+        a.update(drafted, accepted)
+        b.update(drafted, accepted, chances)
+        assert np.allclose(a.conditional, b.conditional) and a.rate == pytest.approx(b.rate)
+
+    rng = np.random.default_rng(0)
+    runs, passes, mean = 200, 30, 0.6
+    errors = {"coins": [], "chances": [], "control": []}
+    for _ in range(runs):
+        trackers = {name: AcceptanceTracker() for name in errors}
+        for _ in range(passes):
+            chances = rng.beta(3, 2, size=2)  # E = 0.6, the true c_1 (and c_2, independent)
+            accepted = 0 if rng.random() >= chances[0] else (1 if rng.random() >= chances[1] else 2)
+            trackers["coins"].update(2, accepted)
+            trackers["chances"].update(2, accepted, list(chances))
+            # Negative control: the coins passed off as chances must do no better than the coins.
+            trackers["control"].update(2, accepted, [float(i < accepted) for i in range(2)])
+        for name, t in trackers.items():
+            errors[name].append((t.conditional[0] - mean) ** 2)
+    mse = {name: float(np.mean(e)) for name, e in errors.items()}
+    assert mse["chances"] < 0.5 * mse["coins"]
+    assert mse["control"] == pytest.approx(mse["coins"])
+
+
+def test_auto_learns_from_chances(twin_gen, monkeypatch):
+    """The engine hands each pass's chances to k=auto's and the pooled acceptance."""
+    seen = []
+    original = AcceptanceTracker.update
+
+    def spy(self, drafted, accepted, chances=None):
+        seen.append((drafted, None if chances is None else len(chances)))
+        return original(self, drafted, accepted, chances)
+
+    monkeypatch.setattr(AcceptanceTracker, "update", spy)
+    twin_gen.generate("abc", SamplingParams(max_new_tokens=12, temperature=1.0, seed=3), k="auto", chat=False,
+                      proposer="draft")
+    drafted_passes = [(d, n) for d, n in seen if d > 0]
+    assert drafted_passes and all(n == d for d, n in drafted_passes)

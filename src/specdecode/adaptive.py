@@ -26,6 +26,7 @@ exact.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .load_policy import AcceptanceTracker, CostCurve, ema
@@ -68,11 +69,13 @@ class AdaptiveK:
         if not 1 <= self.k_min <= self.k <= self.k_max:
             raise ValueError(f"need 1 <= k_min <= k <= k_max, got {self.k_min}, {self.k}, {self.k_max}")
 
-    def update(self, drafted: int, accepted: int) -> None:
-        """After a verification pass that checked `drafted` tokens and accepted `accepted`."""
+    def update(self, drafted: int, accepted: int, chances: Sequence[float] | None = None) -> None:
+        """After a verification pass that checked `drafted` tokens and accepted `accepted`; the
+        acceptance counts each draft's chance where given (see AcceptanceTracker.update), the
+        controller what happened."""
         if drafted == 0:
             return
-        self.acceptance.update(drafted, accepted)
+        self.acceptance.update(drafted, accepted, chances)
         if accepted == drafted:
             # Only a block that used the whole allowance says the allowance was too small.
             if drafted >= self.k:
@@ -118,8 +121,8 @@ class SourceChoice:
     def min_confidence(self) -> float:
         return min(rule.min_confidence for rule in self.rules.values())
 
-    def update(self, source: str, drafted: int, accepted: int) -> None:
-        self.rules[source].update(drafted, accepted)
+    def update(self, source: str, drafted: int, accepted: int, chances: Sequence[float] | None = None) -> None:
+        self.rules[source].update(drafted, accepted, chances)
 
     def choose(self, costs: PassCosts | None, available: dict[str, int]) -> tuple[str, int]:
         """(source, k) for the next pass; `available`: how many tokens each source could draft."""

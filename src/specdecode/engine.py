@@ -297,9 +297,9 @@ class SpeculativeGenerator:
             # A pass that first caught the draft model up on many tokens says little of what a
             # drafted token costs: only its verify time is kept.
             self.pass_costs.observe(source, 0 if proposal.caught_up else len(drafts), t1 - t0, 1 + len(drafts), t2 - t1)
-            self.pooled(source).update(len(drafts), accepted)
+            self.pooled(source).update(len(drafts), accepted, chances)
             if auto and drafts:
-                auto.update(source, len(drafts), accepted)
+                auto.update(source, len(drafts), accepted, chances)
 
             emitted = 0
             for token in emitted_tokens:

@@ -151,15 +151,29 @@ class AcceptanceTracker:
         # debugging read it, the policies use the per-position counts).
         self.overall = [float(self.accepted[0]), float(weight)]
 
-    def update(self, drafted: int, accepted: int) -> None:
+    def update(self, drafted: int, accepted: int, chances: Sequence[float] | None = None) -> None:
+        """Count one pass. With `chances` (each draft's min(1, p/q), one per draft) the pass counts
+        what it was expected to accept rather than what the sampler's coin gave: position i is
+        reached with the product of the chances before it and accepted with that product times its
+        own. Same expectation as the 0/1 counts (identical when greedy), far less noise when
+        sampling, where a few unlucky coins otherwise swing a request's c_j and k=auto with it."""
         if drafted == 0:
             return
-        judged = min(accepted + (1 if accepted < drafted else 0), len(self.judged))  # a rejection ends a block
-        self.accepted[:judged] *= self.decay
-        self.judged[:judged] *= self.decay
-        self.accepted[:min(accepted, judged)] += 1
-        self.judged[:judged] += 1
-        self.overall = [self.decay * self.overall[0] + min(accepted, judged), self.decay * self.overall[1] + judged]
+        n = min(drafted, len(self.judged))
+        if chances is not None and len(chances) == drafted:
+            c = np.clip(np.asarray(chances[:n], dtype=float), 0.0, 1.0)
+            passed = np.cumprod(c)
+            reach = np.concatenate(([1.0], passed[:-1]))
+        else:
+            reached = min(accepted + (1 if accepted < drafted else 0), n)  # a rejection ends a block
+            reach = (np.arange(n) < reached).astype(float)
+            passed = (np.arange(n) < min(accepted, reached)).astype(float)
+        # A position decays by how much it was judged, so one a pass barely reached keeps its memory.
+        fade = self.decay ** reach
+        self.accepted[:n] = self.accepted[:n] * fade + passed
+        self.judged[:n] = self.judged[:n] * fade + reach
+        self.overall = [self.decay * self.overall[0] + float(passed.sum()),
+                        self.decay * self.overall[1] + float(reach.sum())]
 
     @property
     def conditional(self) -> np.ndarray:
