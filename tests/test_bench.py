@@ -147,23 +147,30 @@ def test_bench_rejects_bad_options(monkeypatch, capsys, tiny_dirs):
         assert message in capsys.readouterr().err
 
 
-def test_auto_runs_start_from_what_was_learnt_before_the_prompt(twin_gen, monkeypatch):
+def test_auto_runs_learn_from_their_own_earlier_runs_only(twin_gen, monkeypatch):
     """In a bench the fixed-k runs of a prompt come before its k=auto run; auto must not start from
-    the acceptance those runs learnt on this very prompt."""
+    the acceptance those runs learnt on this very prompt, but it keeps what its own earlier runs
+    learnt, as a server running k=auto does (else a sweep of auto alone starts every request from
+    the prior)."""
     from specdecode import SamplingParams
     from specdecode.bench.methods import EngineMethod
 
     monkeypatch.setattr(twin_gen, "pooled_acceptance", {})
     method = EngineMethod("ngram", twin_gen)
     params = SamplingParams(max_new_tokens=6, ignore_eos=True)
-    method.begin_prompt()
     method.run([5, 6, 7, 5, 6], params, 4)
-    learnt = dict(twin_gen.pooled_acceptance)
+    learnt = {name: t.conditional.copy() for name, t in twin_gen.pooled_acceptance.items()}
     assert learnt  # the fixed-k run taught the generator something
     seen = []
     real = twin_gen.generate
-    monkeypatch.setattr(twin_gen, "generate", lambda *a, **kw: (seen.append(dict(twin_gen.pooled_acceptance)),
-                                                                 real(*a, **kw))[1])
+    monkeypatch.setattr(twin_gen, "generate", lambda *a, **kw: (
+        seen.append({name: t.conditional.copy() for name, t in twin_gen.pooled_acceptance.items()}),
+        real(*a, **kw))[1])
     method.run([5, 6, 7, 5, 6], params, "auto")
-    assert seen == [{}]  # started from the state before the prompt
-    assert twin_gen.pooled_acceptance == learnt  # and the generator's state is back as it was
+    method.run([8, 9, 8, 9, 8], params, "auto")
+    method.run([8, 9, 8, 9, 8], params.replace(temperature=1.0, seed=0), "auto")
+    assert seen[0] == {}  # the first auto run starts from nothing, not from the fixed-k run
+    assert seen[1]  # what its own run learnt
+    assert seen[2] == {}  # and each temperature learns on its own
+    assert set(twin_gen.pooled_acceptance) == set(learnt)  # the generator's state is back as it was
+    assert all((twin_gen.pooled_acceptance[n].conditional == c).all() for n, c in learnt.items())

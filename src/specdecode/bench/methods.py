@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 from dataclasses import dataclass, field
@@ -58,7 +57,8 @@ class EngineMethod:
             raise ValueError(f"{name} needs a draft model: give --draft")
         self.name = label or name  # e.g. draft-llamacpp when several drafts are compared
         self.gen = gen
-        self.learnt: dict | None = None  # the generator's learnt acceptance before this prompt
+        # The pooled acceptance as this method's k=auto runs left it, per temperature (see run).
+        self.auto_pooled: dict[float, dict] = {}
         self.takes_k = self.proposer != "none"
         # e.g. "torch" or "torch + llamacpp draft": which backend runs which model.
         self.backend = backend_name(gen.target)
@@ -68,17 +68,15 @@ class EngineMethod:
             if drafter.context_window:
                 self.backend += f" (last {drafter.context_window} prompt tokens)"
 
-    def begin_prompt(self) -> None:
-        """k="auto" learns each proposer's acceptance from every request; in a bench the same
-        prompt runs at every k in turn, and what auto learnt from the fixed-k runs of this very
-        prompt would be a preview no server gets. Auto runs start from what was learnt before
-        this prompt (and what they learn is dropped)."""
-        self.learnt = copy.deepcopy(self.gen.pooled_acceptance)
-
     def run(self, prompt_ids, params, k) -> Run:
+        # k="auto" learns each proposer's acceptance from every request (the prior of the next
+        # one). Here it learns only from this method's own earlier k=auto runs, as a server running
+        # k=auto would: not from the fixed-k runs of the same prompt just before it (a preview no
+        # server gets), and not from nothing either (a sweep of k=auto alone would then start
+        # every request from the 0.5 prior and draft short until it had learnt better).
         saved = self.gen.pooled_acceptance
-        if k == "auto" and self.learnt is not None:
-            self.gen.pooled_acceptance = copy.deepcopy(self.learnt)
+        if k == "auto":
+            self.gen.pooled_acceptance = self.auto_pooled.setdefault(params.temperature, {})
         try:
             with PeakMemory() as mem:
                 out = self.gen.generate(prompt_ids, params, k=k or 0, chat=False, proposer=self.proposer)

@@ -65,9 +65,6 @@ def run_grid(
                     history.append({"role": "user", "content": turn})
                     prompt_ids = chat_ids(tokenizer, history)
                     first_answer = None
-                    for method in grid.methods:
-                        if hasattr(method, "begin_prompt"):
-                            method.begin_prompt()
                     for method, k in points:
                         run = method.run(prompt_ids, params, k)
                         runs.append(run_record(method, k, temperature, prompt, turn_index, repeat, prompt_ids, run))
