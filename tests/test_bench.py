@@ -50,8 +50,15 @@ def test_aggregate_by_hand():
         # draft k=2: pass 1 accepts 2 (3 tokens), pass 2 accepts 0 (1 token); 4 tokens in 0.5 s
         run("draft", 2, "code", 4, 0.5, [(0.3, 3), (0.5, 1)], 4, 2, dpp=[2, 2], app=[1, 1], draft_s=0.1,
             verify_s=0.4, token_ids=[0, 1, 9, 3]),
+        # k=auto: 2 then 1 drafts, drafting 0.15 s
+        run("draft", "auto", "code", 4, 0.5, [(0.3, 3), (0.5, 1)], 3, 2, dpp=[2, 1], app=[1, 1], draft_s=0.15,
+            verify_s=0.35),
     ]
-    records = {(r["method"], r["category"]): r for r in aggregate(runs)}
+    records = {(r["method"], r["k"], r["category"]): r for r in aggregate(runs)}
+    auto = records[("draft", "auto", "code")]
+    # c is reported under k=auto too: (0.15 s / 3 drafted) / 0.25 s = 0.2; no i.i.d. prediction without one k
+    assert auto["draft_cost_ratio"] == pytest.approx(0.2) and auto["predicted_speedup"] is None
+    records = {(m, c): r for (m, k, c), r in records.items() if k != "auto"}
     d = records[("draft", "code")]
     assert d["tokens_per_s"] == pytest.approx(8.0)
     assert d["speedup_vs_plain"] == pytest.approx(2.0)

@@ -134,10 +134,13 @@ def aggregate(runs: list[dict]) -> list[dict]:
         t1 = plain_pass.get((r["temperature"], r["category"]))
         r["draft_cost_ratio"] = None
         r["predicted_speedup"] = None
-        if r["drafted_tokens"] and t1 and r["draft_s"] is not None and isinstance(r["k"], int) and r["k"]:
+        if r["drafted_tokens"] and t1 and r["draft_s"] is not None and r["k"]:
+            # Under k=auto too: the mean cost of the tokens it drafted (the hybrid's lookup drafts
+            # count, at no cost). The i.i.d. prediction needs one fixed k.
             c = (r["draft_s"] / r["drafted_tokens"]) / t1
             r["draft_cost_ratio"] = c
-            r["predicted_speedup"] = metrics.leviathan_speedup(r["acceptance_rate"], r["k"], c)
+            if isinstance(r["k"], int):
+                r["predicted_speedup"] = metrics.leviathan_speedup(r["acceptance_rate"], r["k"], c)
     _mark_divergence(records, runs)
     order = {name: i for i, name in enumerate(ALL_METHODS)}
     return sorted(records, key=lambda r: (r["category"] != "all", r["category"], r["temperature"],
