@@ -4,7 +4,8 @@ All three only change which tokens are proposed, never how they are verified, so
 exact.
 - The cost rule picks the k with the highest expected tokens per second given what passes really
   cost here (`PassCosts`, learnt from every pass) and this request's recent acceptance by position
-  (c_j: draft j accepted given that the drafts before it were):
+  (c_j: draft j accepted given that the drafts before it were; counted from each draft's chance
+  min(1, p/q) rather than the sampler's coin, see AcceptanceTracker.update):
   rate(k) = (1 + c_1 + c_1 c_2 + ... + c_1...c_k) / (k * draft_token_s + verify(1 + k)). With an
   expensive draft (on a CPU the 0.5B draft costs 0.4-0.5 of a target pass) it holds k at 1-3 and
   moves it with the acceptance;
