@@ -20,8 +20,9 @@ class DraftModelProposer:
     Its prefill is paid before the first token, and on a CPU it is not cheap: the llama.cpp Q4_0
     0.5B draft prefills 97 tokens/s built for AVX2 and 169 for AVX-512, against ~150 for the bf16
     1.5B target, so a ~700-token Spec-Bench summary or retrieval prompt costs 4-7 s of draft prefill,
-    and on short answers the whole prompt can cost more than the drafts save. A draft guesses the next few tokens mostly from the last few hundred; which tokens
-    it proposes may depend on anything, so this changes acceptance, never the output distribution.
+    and on short answers the whole prompt can cost more than the drafts save. A draft guesses the
+    next few tokens mostly from the last few hundred; which tokens it proposes may depend on
+    anything, so this changes acceptance, never the output distribution.
     """
 
     name = "draft"
