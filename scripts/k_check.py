@@ -22,8 +22,9 @@ def main(tune_path: str, bench_path: str) -> None:
     records = json.loads(open(bench_path).read())
     by = {(r["method"], r["k"], r["category"]): r for r in records}
     cats = sorted({r["category"] for r in records} - {"all"})
-    # tune chooses among draft and ngram; k=auto is also compared with the hybrid's fixed k.
-    fixed = [(m, k) for (m, k, c) in by if c == "all" and m in ("draft", "ngram") and isinstance(k, int)]
+    # The best fixed k among the proposers tune chose from; k=auto is compared with every fixed k.
+    considered = {row["proposer"] for row in tune["table"]} - {"none"}
+    fixed = [(m, k) for (m, k, c) in by if c == "all" and m in considered and isinstance(k, int)]
     every_fixed = [(m, k) for (m, k, c) in by if c == "all" and m in ("draft", "ngram", "hybrid")
                    and isinstance(k, int)]
     print("| category | best fixed k (bench) | tok/s | tune's pick | its tok/s in the bench | ratio | plain tok/s |")

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from specdecode import cli
-from specdecode.tune import Acceptance, Costs, load_config, predict, recommend
+from specdecode.tune import Acceptance, Costs, acceptance_from, load_config, predict, recommend
 
 
 def test_prediction_by_hand():
@@ -28,12 +28,42 @@ def test_prediction_by_hand():
     assert p.costs["verify_s"] == pytest.approx(costs.verify(2.5)) == pytest.approx(0.13)
 
 
+def test_hybrid_pays_the_draft_model_only_where_the_lookup_found_nothing():
+    costs = Costs(verify_s={1: 0.10, 2: 0.12, 3: 0.14}, draft_token_s=0.02, lookup_s=0.001)
+    # 40% of the passes drafted from a lookup match (free), 60% from the draft model (k tokens each).
+    hybrid = Acceptance("hybrid", 2, accepted_at=[0.7, 0.5], drafted_at=[1.0, 0.9], other_per_pass_s=0.0,
+                        model_drafted_at=[0.6, 0.6])
+    p = predict(costs, hybrid, 2)
+    assert p.costs["draft_s"] == pytest.approx(0.6 * 2 * 0.02 + 0.001)
+    assert p.costs["verify_s"] == pytest.approx(costs.verify(2.9))
+    # The same acceptance from the draft model alone pays for every drafted token.
+    alone = Acceptance("draft", 2, accepted_at=[0.7, 0.5], drafted_at=[1.0, 0.9], other_per_pass_s=0.0)
+    assert predict(costs, alone, 2).costs["draft_s"] == pytest.approx(1.9 * 0.02)
+    assert predict(costs, hybrid, 2).predicted_tokens_per_s > predict(costs, alone, 2).predicted_tokens_per_s
+
+
+def test_acceptance_from_reads_the_hybrid_model_share_from_the_sources():
+    def run(model_passes, lookup_passes):
+        passes = model_passes + lookup_passes
+        return {"target_passes": passes, "expected_per_position": [passes * 0.5, passes * 0.25],
+                "accepted_per_position": [0, 0],
+                "drafted_per_position": [passes, model_passes], "other_s": 0.0, "draft_s": 0.0, "verify_s": 0.0,
+                "by_source": {"draft": [model_passes, 2 * model_passes, 0], "ngram1": [lookup_passes, lookup_passes, 0]}}
+
+    hybrid = acceptance_from([run(3, 1), run(1, 3)], "hybrid", 2)
+    assert hybrid.model_drafted_at == [0.5, 0.5] and hybrid.model_tokens(2) == pytest.approx(1.0)
+    assert hybrid.accepted_at == [0.5, 0.25]
+    # The draft alone pays for what it drafted; the lookup alone pays no draft forwards.
+    assert acceptance_from([run(3, 1)], "draft", 2).model_tokens(2) == pytest.approx(1.75)
+    assert acceptance_from([run(3, 1)], "ngram", 2).model_tokens(2) == 0.0
+
+
 def test_tune_cli_recommends_and_saves(monkeypatch, capsys, tiny_dirs, tmp_path):
     saved = tmp_path / "tuned.json"
     monkeypatch.setattr(sys, "argv", ["specdecode", "tune", "--target", tiny_dirs["target"], "--draft",
                                       tiny_dirs["draft"], "--dtype", "fp32", "--limit", "2", "--categories",
                                       "qa", "--max-new-tokens", "8", "--k", "1,2,4", "--save", str(saved),
-                                      "--json"])
+                                      "--proposer", "draft,ngram,hybrid", "--json"])
     try:
         cli.main()
     except SystemExit as exc:
@@ -41,7 +71,14 @@ def test_tune_cli_recommends_and_saves(monkeypatch, capsys, tiny_dirs, tmp_path)
     result = json.loads(capsys.readouterr().out)
     for key in ("proposer", "k", "predicted_tokens_per_s", "table"):
         assert key in result
-    assert len(result["table"]) == 7 and result["measured_tokens_per_s"] > 0  # plain + 2 proposers x 3 k
+    assert len(result["table"]) == 10 and result["measured_tokens_per_s"] > 0  # plain + 3 proposers x 3 k
+    # The raw acceptance runs come with the answer, one per prompt and proposer, enough to redo it.
+    runs = result["acceptance_runs"]
+    assert sorted(runs) == ["draft", "hybrid", "ngram"] and all(len(r) == 2 for r in runs.values())
+    hybrid = acceptance_from(runs["hybrid"], "hybrid", 4)
+    redone = [r for r in result["table"] if r["proposer"] == "hybrid"]
+    assert hybrid.model_drafted_at is not None and 0 <= hybrid.model_drafted_at[0] <= 1
+    assert all(r["costs"]["draft_s"] >= 0 for r in redone)
     assert result["table"][0]["proposer"] == "none" and result["table"][0]["k"] == 0
     best = max(result["table"], key=lambda r: r["predicted_tokens_per_s"])
     assert (result["proposer"], result["k"]) == (best["proposer"], best["k"])

@@ -667,7 +667,7 @@ def tune(
     max_new_tokens: int = typer.Option(64, "--max-new-tokens"),
     target: str = Target,
     draft: str = Draft,
-    proposer: str = typer.Option("draft,ngram", "--proposer", help="proposers to consider"),
+    proposer: str = typer.Option("draft,ngram", "--proposer", help="proposers to consider: draft, ngram, hybrid"),
     k: str = typer.Option("1,2,3,4,6,8", "--k", help="candidate k values"),
     temperature: float = typer.Option(0.0, "--temperature"),
     dtype: str = DType,
@@ -687,7 +687,7 @@ def tune(
 
     names = parse_list(proposer, str, "--proposer")
     if any(n not in PROPOSERS or n == "none" for n in names):
-        raise InvalidParameter(f"--proposer takes draft and/or ngram, got {proposer!r}")
+        raise InvalidParameter(f"--proposer takes draft, ngram and/or hybrid, got {proposer!r}")
     k_values = parse_list(k, int, "--k")
     if any(x < 1 for x in k_values):
         raise InvalidParameter("--k values must be >= 1")
@@ -695,7 +695,8 @@ def tune(
         raise InvalidParameter(f"--measure is best, all or none, got {measure!r}")
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, seed=0)
     prompts = load_workload(workload, parse_list(categories, str, "--categories") if categories else None, limit)
-    gen = SpeculativeGenerator_from(target, draft if "draft" in names else None, dtype, draft_dtype)
+    needs_draft = "draft" in names or "hybrid" in names
+    gen = SpeculativeGenerator_from(target, draft if needs_draft else None, dtype, draft_dtype)
     ids = [gen.encode(p.turns[0]) for p in prompts]
     gen.generate(ids[0], SamplingParams(max_new_tokens=4), k=2, chat=False, proposer="none")  # warm-up
     k_max = max(k_values)
@@ -728,13 +729,17 @@ def tune(
             progress.update(task, description=f"measuring {pred.proposer} k={pred.k}", total=len(ids), completed=0)
             pred.measured_tokens_per_s = tuner.measured_tokens_per_s(gen, ids, pred.proposer, pred.k, params,
                                                                      progress=lambda: progress.advance(task))
-    choice = {"proposer": best.proposer, "k": best.k, "target": target, "draft": draft if best.proposer == "draft"
-              else None, "dtype": gen.info.get("dtype"), "draft_dtype": gen.info.get("draft_dtype")}
+    choice = {"proposer": best.proposer, "k": best.k, "target": target,
+              "draft": draft if best.proposer in ("draft", "hybrid") else None, "dtype": gen.info.get("dtype"),
+              "draft_dtype": gen.info.get("draft_dtype")}
     result = {**choice, "predicted_tokens_per_s": best.predicted_tokens_per_s,
               "measured_tokens_per_s": best.measured_tokens_per_s, "plain_tokens_per_s": plain,
               "verify_cost_s": costs.verify_s, "draft_token_s": costs.draft_token_s,
               "acceptance": {n: a.accepted_at for n, a in accs.items()},
-              "table": [tuner.as_dict(p) for p in predictions], "per_category": per_category}
+              "table": [tuner.as_dict(p) for p in predictions], "per_category": per_category,
+              # The acceptance runs themselves (per prompt), so that the predictions can be redone.
+              "acceptance_runs": {n: [{"id": p.id, "category": p.category, **tuner.run_summary(s)}
+                                      for p, s in zip(prompts, r)] for n, r in runs.items()}}
     if save:
         tuner.save_config(Path(save), choice)
     if as_json:

@@ -50,6 +50,17 @@ class Acceptance:
     draft_per_pass_s: float = 0.0  # measured, for reports
     passes: int = 0
     verify_per_pass_s: float = 0.0  # what the real passes of the acceptance run cost (at k_max)
+    # Fraction of passes in which the draft model drafted position i: drafted_at for the draft
+    # model, none for the lookup, the model's share of the passes for the hybrid (whose lookup
+    # drafts for free where it matches). Defaults to drafted_at for "draft", else to nothing.
+    model_drafted_at: list[float] | None = None
+
+    def model_tokens(self, k: int) -> float:
+        """Tokens the draft model drafts per pass at k (each costs a draft forward)."""
+        at = self.model_drafted_at
+        if at is None:
+            at = self.drafted_at if self.proposer == "draft" else []
+        return float(sum(min(1.0, d) for d in at[:k]))
 
 
 @dataclass
@@ -154,7 +165,7 @@ def acceptance_from(runs: list[dict], proposer: str, k_max: int) -> Acceptance:
     """Pool per-prompt stats (all prompts, or one category's) into per-position acceptance."""
     accepted = np.zeros(k_max)
     drafted = np.zeros(k_max)
-    passes = 0
+    passes = model_passes = 0
     other = draft = verify = 0.0
     for s in runs:
         # The expected counts (acceptance chances, see GenerationStats) rather than the realised
@@ -167,9 +178,23 @@ def acceptance_from(runs: list[dict], proposer: str, k_max: int) -> Acceptance:
         other += s["other_s"]
         draft += s["draft_s"]
         verify += s["verify_s"]
+        model_passes += s.get("by_source", {}).get("draft", [0])[0]
     passes = max(passes, 1)
-    return Acceptance(proposer, k_max, (accepted / passes).tolist(), (drafted / passes).tolist(), other / passes,
-                      draft / passes, passes, verify / passes)
+    drafted_at = (drafted / passes).tolist()
+    # The hybrid's draft model drafts k tokens whenever the lookup finds nothing: at every position
+    # in that share of the passes. (The draft alone: its own drafted_at.)
+    model_at = [model_passes / passes] * k_max if proposer == "hybrid" else None
+    return Acceptance(proposer, k_max, (accepted / passes).tolist(), drafted_at, other / passes,
+                      draft / passes, passes, verify / passes, model_at)
+
+
+RUN_KEYS = ("prompt_tokens", "new_tokens", "target_passes", "accepted_per_position", "expected_per_position",
+            "drafted_per_position", "by_source", "draft_s", "verify_s", "other_s", "prefill_s", "total_s")
+
+
+def run_summary(stats: dict) -> dict:
+    """What `acceptance_from` reads from a run's stats (no per-pass steps)."""
+    return {key: stats[key] for key in RUN_KEYS if key in stats}
 
 
 def predict(costs: Costs, acc: Acceptance, k: int, scale: float | None = None) -> Prediction:
@@ -178,10 +203,9 @@ def predict(costs: Costs, acc: Acceptance, k: int, scale: float | None = None) -
     k = min(k, acc.k_max)
     tokens = 1.0 + sum(acc.accepted_at[:k])
     width = 1.0 + sum(min(1.0, d) for d in acc.drafted_at[:k])  # average tokens scored per pass
-    if acc.proposer == "draft":
-        draft = (width - 1.0) * costs.draft_token_s
-    else:
-        draft = costs.lookup_s if k else 0.0
+    draft = acc.model_tokens(k) * costs.draft_token_s
+    if acc.proposer != "draft" and k:
+        draft += costs.lookup_s
     verify = costs.verify(width) * (verify_scale(costs, [acc]) if scale is None else scale)
     pass_s = draft + verify + acc.other_per_pass_s
     return Prediction(acc.proposer, k, tokens, pass_s, tokens / pass_s,
