@@ -3,7 +3,8 @@
     python scripts/k_check.py TUNE.json BENCH_DIR/results.json
 
 Prints markdown: per category, the best fixed (proposer, k) in the bench and how fast tune's pick
-for that category ran in the same bench (ratio); over all categories, k=auto against the best
+for that category ran in the same bench (ratio), and for both the predicted against the measured
+tokens per pass and pass costs (which part of the model a miss came from); over all categories, k=auto against the best
 fixed k of the same proposer; and tune's predicted tokens/s against the measured one. Speeds are
 decode tokens/s (prefill excluded, as in tune's model: the prefill is the same for every k).
 """
@@ -15,6 +16,35 @@ import sys
 def decode_rate(r: dict) -> float:
     decode = r["total_s"] - (r.get("prefill_s") or 0.0)
     return r["new_tokens"] / decode if decode > 0 else 0.0
+
+
+def per_pass(r: dict) -> tuple[float, float, float, float]:
+    """Measured tokens per decode pass and seconds per pass (all, draft, verify); the prefill pass
+    and its token are left out, as in tune's model."""
+    passes = max(r["target_passes"] - r["runs"], 1)
+    decode = r["total_s"] - (r.get("prefill_s") or 0.0)
+    return (r["new_tokens"] - r["runs"]) / passes, decode / passes, r["draft_s"] / passes, r["verify_s"] / passes
+
+
+def diagnose(tune: dict, by: dict, cats: list[str], fixed: list) -> None:
+    """Per category, tune's pick and the bench's best: predicted against measured tokens per pass and
+    pass costs, so that a miss says whether acceptance or which cost was mis-modelled."""
+    print("| category | setting | tokens/pass pred / bench | pass ms pred / bench | draft ms | verify ms |")
+    print("|---|---|---|---|---|---|")
+    for cat in cats:
+        pick = tune["per_category"][cat]
+        best = max(fixed, key=lambda mk: decode_rate(by[(*mk, cat)]))
+        rows = {(r["proposer"], r["k"]): r for r in pick["table"]}
+        for setting in dict.fromkeys([(pick["proposer"], pick["k"]), best]):
+            pred, rec = rows.get(setting), by.get((*setting, cat))
+            if not pred or not rec:
+                continue
+            tokens, pass_s, draft_s, verify_s = per_pass(rec)
+            c = pred["costs"]
+            print(f"| {cat} | {setting[0]} k={setting[1]} | {pred['expected_tokens_per_pass']:.2f} / {tokens:.2f} | "
+                  f"{pred['pass_s'] * 1e3:.0f} / {pass_s * 1e3:.0f} | {c['draft_s'] * 1e3:.0f} / {draft_s * 1e3:.0f} | "
+                  f"{c['verify_s'] * 1e3:.0f} / {verify_s * 1e3:.0f} |")
+    print()
 
 
 def main(tune_path: str, bench_path: str) -> None:
@@ -39,6 +69,7 @@ def main(tune_path: str, bench_path: str) -> None:
         print(f"| {cat} | {best[0]} k={best[1]} | {best_rate:.2f} | {pick['proposer']} k={pick['k']} | "
               f"{mine_rate:.2f} | {mine_rate / best_rate:.0%} | {plain:.2f} |")
     print()
+    diagnose(tune, by, cats, fixed)
     print("| proposer | k=auto tok/s (all) | best fixed k | its tok/s | auto / best |")
     print("|---|---|---|---|---|")
     for proposer in ("draft", "ngram", "hybrid"):
