@@ -63,7 +63,7 @@ def test_tune_cli_recommends_and_saves(monkeypatch, capsys, tiny_dirs, tmp_path)
     monkeypatch.setattr(sys, "argv", ["specdecode", "tune", "--target", tiny_dirs["target"], "--draft",
                                       tiny_dirs["draft"], "--dtype", "fp32", "--limit", "2", "--categories",
                                       "qa", "--max-new-tokens", "8", "--k", "1,2,4", "--save", str(saved),
-                                      "--proposer", "draft,ngram,hybrid", "--json"])
+                                      "--proposer", "draft,ngram,hybrid", "--draft-context", "16", "--json"])
     try:
         cli.main()
     except SystemExit as exc:
@@ -87,6 +87,8 @@ def test_tune_cli_recommends_and_saves(monkeypatch, capsys, tiny_dirs, tmp_path)
     assert result["per_category"]["qa"]["k"] == result["k"]
     config = load_config(str(saved))
     assert config["k"] == result["k"] and config["proposer"] == result["proposer"]
+    # The draft's context window goes with a choice that uses the draft model, and only then.
+    assert config.get("draft_context") == (16 if result["proposer"] in ("draft", "hybrid") else None)
     # generate --config uses the saved choice.
     monkeypatch.setattr(sys, "argv", ["specdecode", "generate", "hi", "--config", str(saved), "--max-new-tokens",
                                       "4", "--json", "--ignore-eos"])
@@ -101,6 +103,9 @@ def test_bad_config_file(tmp_path):
     bad = tmp_path / "c.json"
     bad.write_text('{"k": 4, "speed": "fast"}')
     with pytest.raises(ValueError, match="unknown keys"):
+        load_config(str(bad))
+    bad.write_text('{"k": 4, "draft_context": "128"}')
+    with pytest.raises(ValueError, match="draft_context is a number of prompt tokens"):
         load_config(str(bad))
     with pytest.raises(ValueError, match="config file not found"):
         load_config(str(tmp_path / "none.json"))
@@ -222,3 +227,27 @@ def test_verify_curve_is_fitted_non_decreasing():
     assert all(a <= b + 1e-12 for a, b in zip(values, values[1:]))
     assert fitted[1] == pytest.approx(0.20) and fitted[2] == pytest.approx(0.22)
     assert monotone({1: 0.1, 2: 0.2}) == pytest.approx({1: 0.1, 2: 0.2})  # already monotone: unchanged
+
+
+def test_generate_takes_the_draft_window_from_a_config(monkeypatch, capsys, tiny_dirs, tmp_path):
+    from specdecode.engine import SpeculativeGenerator
+
+    saved = tmp_path / "tuned.json"
+    saved.write_text(json.dumps({"proposer": "draft", "k": 2, "target": tiny_dirs["target"],
+                                 "draft": tiny_dirs["draft"], "dtype": "fp32", "draft_context": 8}))
+    seen = {}
+    original = SpeculativeGenerator.from_pretrained.__func__
+
+    def spy(cls, **kwargs):
+        seen.update(kwargs)
+        return original(cls, **kwargs)
+
+    monkeypatch.setattr(SpeculativeGenerator, "from_pretrained", classmethod(spy))
+    monkeypatch.setattr(sys, "argv", ["specdecode", "generate", "hi", "--config", str(saved), "--max-new-tokens",
+                                      "4", "--json", "--ignore-eos"])
+    try:
+        cli.main()
+    except SystemExit as exc:
+        assert not exc.code, capsys.readouterr().err
+    assert seen["draft_context"] == 8 and seen["proposer"] == "draft"
+    assert len(json.loads(capsys.readouterr().out)["token_ids"]) == 4

@@ -51,13 +51,15 @@ def summary_line(stats: dict, proposer: str, k: int) -> str:
     return line
 
 
-def from_config(path, target, draft, proposer, dtype, draft_dtype, k):
-    """A `tune --save` file's choices replace the flags: (target, draft, proposer, dtype, draft_dtype, k)."""
+def from_config(path, target, draft, proposer, dtype, draft_dtype, k, draft_context):
+    """A `tune --save` file's choices replace the flags: (target, draft, proposer, dtype, draft_dtype, k,
+    draft_context)."""
     from .tune import load_config
 
     saved = load_config(path)
     return (saved.get("target", target), saved.get("draft") or draft, saved.get("proposer", proposer),
-            saved.get("dtype", dtype), saved.get("draft_dtype", draft_dtype), str(saved.get("k", k)))
+            saved.get("dtype", dtype), saved.get("draft_dtype", draft_dtype), str(saved.get("k", k)),
+            saved.get("draft_context", draft_context))
 
 
 Target = typer.Option("default", "--target", help="target model: default, a directory, a .gguf file or a cached HF id")
@@ -104,8 +106,8 @@ def generate(
     from .backends.hf import world_size
 
     if config:
-        target, draft, proposer, dtype, draft_dtype, k = from_config(config, target, draft, proposer, dtype,
-                                                                     draft_dtype, k)
+        target, draft, proposer, dtype, draft_dtype, k, draft_context = from_config(
+            config, target, draft, proposer, dtype, draft_dtype, k, draft_context)
     distributed = world_size() > 1
     if distributed and seed is None:
         seed = 0  # every rank must draw the same random numbers to make the same decisions
@@ -325,6 +327,7 @@ def bench(
         saved = load_config(config)
         target, draft = saved.get("target", target), saved.get("draft") or draft
         dtype, draft_dtype = saved.get("dtype", dtype), saved.get("draft_dtype", draft_dtype)
+        draft_context = saved.get("draft_context", draft_context)
         if "k" in saved and str(saved["k"]) not in k.split(","):
             k = f"{k},{saved['k']}"
     method_names = parse_list(methods, str, "--methods")
@@ -672,6 +675,7 @@ def tune(
     temperature: float = typer.Option(0.0, "--temperature"),
     dtype: str = DType,
     draft_dtype: Optional[str] = DraftDType,
+    draft_context: int = DraftContext,
     measure: str = typer.Option("best", "--measure", help="best (plain + the recommendation) | all | none"),
     save: Optional[str] = typer.Option(None, "--save", help="write the choice to this config file"),
     as_json: bool = typer.Option(False, "--json"),
@@ -696,7 +700,8 @@ def tune(
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, seed=0)
     prompts = load_workload(workload, parse_list(categories, str, "--categories") if categories else None, limit)
     needs_draft = "draft" in names or "hybrid" in names
-    gen = SpeculativeGenerator_from(target, draft if needs_draft else None, dtype, draft_dtype)
+    window = check_draft_context(draft_context)
+    gen = SpeculativeGenerator_from(target, draft if needs_draft else None, dtype, draft_dtype, window)
     ids = [gen.encode(p.turns[0]) for p in prompts]
     gen.generate(ids[0], SamplingParams(max_new_tokens=4), k=2, chat=False, proposer="none")  # warm-up
     k_max = max(k_values)
@@ -729,9 +734,10 @@ def tune(
             progress.update(task, description=f"measuring {pred.proposer} k={pred.k}", total=len(ids), completed=0)
             pred.measured_tokens_per_s = tuner.measured_tokens_per_s(gen, ids, pred.proposer, pred.k, params,
                                                                      progress=lambda: progress.advance(task))
-    choice = {"proposer": best.proposer, "k": best.k, "target": target,
-              "draft": draft if best.proposer in ("draft", "hybrid") else None, "dtype": gen.info.get("dtype"),
-              "draft_dtype": gen.info.get("draft_dtype")}
+    uses_draft = best.proposer in ("draft", "hybrid")
+    choice = {"proposer": best.proposer, "k": best.k, "target": target, "draft": draft if uses_draft else None,
+              "dtype": gen.info.get("dtype"), "draft_dtype": gen.info.get("draft_dtype"),
+              "draft_context": window if uses_draft else None}
     result = {**choice, "predicted_tokens_per_s": best.predicted_tokens_per_s,
               "measured_tokens_per_s": best.measured_tokens_per_s, "plain_tokens_per_s": plain,
               "verify_cost_s": costs.verify_s, "draft_token_s": costs.draft_token_s,
@@ -768,11 +774,11 @@ def tune(
               "tok/s)" + (f"; saved to {save}" if save else ""), highlight=False)
 
 
-def SpeculativeGenerator_from(target, draft, dtype, draft_dtype):
+def SpeculativeGenerator_from(target, draft, dtype, draft_dtype, draft_context=None):
     from .engine import SpeculativeGenerator
 
     return SpeculativeGenerator.from_pretrained(target=target, draft=draft, proposer="draft" if draft else "none",
-                                               dtype=dtype, draft_dtype=draft_dtype)
+                                               dtype=dtype, draft_dtype=draft_dtype, draft_context=draft_context)
 
 
 @app.command()
@@ -808,8 +814,11 @@ def serve(
     from .engine import SpeculativeGenerator
 
     if config:
-        target, draft, proposer, dtype, draft_dtype, k = from_config(config, target, draft, proposer, dtype,
-                                                                     draft_dtype, k)
+        target, draft, proposer, dtype, draft_dtype, k, window = from_config(config, target, draft, proposer,
+                                                                             dtype, draft_dtype, k, 0)
+        if window and proposer != "ngram":
+            err.print(f"note: {config} sets draft_context {window}; the server's batched draft model sees the "
+                      "whole context (only speed differs: the output distribution is the same)", highlight=False)
     if load_policy not in ("on", "off"):
         raise InvalidParameter(f"--load-policy is on or off, got {load_policy!r}")
     if max_batch < 1 or max_waiting < 0 or max_tokens < 1:

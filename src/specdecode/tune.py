@@ -25,7 +25,7 @@ from scipy.optimize import isotonic_regression
 from .engine import SpeculativeGenerator
 from .sampling import SamplingParams
 
-CONFIG_KEYS = ("proposer", "k", "target", "draft", "dtype", "draft_dtype")
+CONFIG_KEYS = ("proposer", "k", "target", "draft", "dtype", "draft_dtype", "draft_context")
 
 
 @dataclass
@@ -280,6 +280,10 @@ def load_config(path: str) -> dict:
     unknown = set(data) - set(CONFIG_KEYS) - {"source", "predicted_tokens_per_s"}
     if unknown:
         raise ValueError(f"{p}: unknown keys {sorted(unknown)}; expected {', '.join(CONFIG_KEYS)}")
+    window = data.get("draft_context")
+    if window is not None and (not isinstance(window, int) or isinstance(window, bool) or window < 1):
+        raise ValueError(f"{p}: draft_context is a number of prompt tokens >= 1 (or null for the whole prompt), "
+                         f"got {window!r}")
     return {key: data[key] for key in CONFIG_KEYS if data.get(key) is not None}
 
 
