@@ -9,6 +9,16 @@ from specdecode import cli
 from specdecode.tune import Acceptance, Costs, acceptance_from, load_config, predict, recommend
 
 
+def run_ok(monkeypatch, capsys, *args) -> str:
+    """Run `specdecode ARGS`; it must succeed; its stdout."""
+    monkeypatch.setattr(sys, "argv", ["specdecode", *args])
+    try:
+        cli.main()
+    except SystemExit as exc:
+        assert not exc.code, capsys.readouterr().err
+    return capsys.readouterr().out
+
+
 def test_prediction_by_hand():
     costs = Costs(verify_s={1: 0.10, 2: 0.12, 3: 0.14, 4: 0.20, 5: 0.30}, draft_token_s=0.02, lookup_s=0.0)
     acc = Acceptance("draft", 4, accepted_at=[0.8, 0.6, 0.4, 0.2], drafted_at=[1, 1, 1, 1], other_per_pass_s=0.01)
@@ -60,15 +70,10 @@ def test_acceptance_from_reads_the_hybrid_model_share_from_the_sources():
 
 def test_tune_cli_recommends_and_saves(monkeypatch, capsys, tiny_dirs, tmp_path):
     saved = tmp_path / "tuned.json"
-    monkeypatch.setattr(sys, "argv", ["specdecode", "tune", "--target", tiny_dirs["target"], "--draft",
-                                      tiny_dirs["draft"], "--dtype", "fp32", "--limit", "2", "--categories",
-                                      "qa", "--max-new-tokens", "8", "--k", "1,2,4", "--save", str(saved),
-                                      "--proposer", "draft,ngram,hybrid", "--draft-context", "16", "--json"])
-    try:
-        cli.main()
-    except SystemExit as exc:
-        assert not exc.code, capsys.readouterr().err
-    result = json.loads(capsys.readouterr().out)
+    result = json.loads(run_ok(monkeypatch, capsys, "tune", "--target", tiny_dirs["target"], "--draft",
+                               tiny_dirs["draft"], "--dtype", "fp32", "--limit", "2", "--categories", "qa",
+                               "--max-new-tokens", "8", "--k", "1,2,4", "--save", str(saved), "--proposer",
+                               "draft,ngram,hybrid", "--draft-context", "16", "--json"))
     for key in ("proposer", "k", "predicted_tokens_per_s", "table"):
         assert key in result
     assert len(result["table"]) == 10 and result["measured_tokens_per_s"] > 0  # plain + 3 proposers x 3 k
@@ -90,13 +95,9 @@ def test_tune_cli_recommends_and_saves(monkeypatch, capsys, tiny_dirs, tmp_path)
     # The draft's context window goes with a choice that uses the draft model, and only then.
     assert config.get("draft_context") == (16 if result["proposer"] in ("draft", "hybrid") else None)
     # generate --config uses the saved choice.
-    monkeypatch.setattr(sys, "argv", ["specdecode", "generate", "hi", "--config", str(saved), "--max-new-tokens",
-                                      "4", "--json", "--ignore-eos"])
-    try:
-        cli.main()
-    except SystemExit as exc:
-        assert not exc.code, capsys.readouterr().err
-    assert len(json.loads(capsys.readouterr().out)["token_ids"]) == 4
+    out = run_ok(monkeypatch, capsys, "generate", "hi", "--config", str(saved), "--max-new-tokens", "4",
+                 "--json", "--ignore-eos")
+    assert len(json.loads(out)["token_ids"]) == 4
 
 
 def test_bad_config_file(tmp_path):
@@ -243,11 +244,7 @@ def test_generate_takes_the_draft_window_from_a_config(monkeypatch, capsys, tiny
         return original(cls, **kwargs)
 
     monkeypatch.setattr(SpeculativeGenerator, "from_pretrained", classmethod(spy))
-    monkeypatch.setattr(sys, "argv", ["specdecode", "generate", "hi", "--config", str(saved), "--max-new-tokens",
-                                      "4", "--json", "--ignore-eos"])
-    try:
-        cli.main()
-    except SystemExit as exc:
-        assert not exc.code, capsys.readouterr().err
+    out = run_ok(monkeypatch, capsys, "generate", "hi", "--config", str(saved), "--max-new-tokens", "4",
+                 "--json", "--ignore-eos")
     assert seen["draft_context"] == 8 and seen["proposer"] == "draft"
-    assert len(json.loads(capsys.readouterr().out)["token_ids"]) == 4
+    assert len(json.loads(out)["token_ids"]) == 4
