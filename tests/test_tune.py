@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from specdecode import cli
-from specdecode.tune import Acceptance, Costs, acceptance_from, load_config, predict, recommend
+from specdecode.tune import Acceptance, Costs, acceptance_from, candidates, load_config, predict, recommend
 
 
 def run_ok(monkeypatch, capsys, *args) -> str:
@@ -80,10 +80,13 @@ def test_tune_cli_recommends_and_saves(monkeypatch, capsys, tiny_dirs, tmp_path)
     # The raw acceptance runs come with the answer, one per prompt and proposer, enough to redo it.
     runs = result["acceptance_runs"]
     assert sorted(runs) == ["draft", "hybrid", "ngram"] and all(len(r) == 2 for r in runs.values())
-    hybrid = acceptance_from(runs["hybrid"], "hybrid", 4)
-    redone = [r for r in result["table"] if r["proposer"] == "hybrid"]
-    assert hybrid.model_drafted_at is not None and 0 <= hybrid.model_drafted_at[0] <= 1
-    assert all(r["costs"]["draft_s"] >= 0 for r in redone)
+    costs = Costs({int(w): t for w, t in result["verify_cost_s"].items()}, result["draft_token_s"], result["lookup_s"])
+    accs = {name: acceptance_from(r, name, 4) for name, r in runs.items()}
+    assert accs["hybrid"].model_drafted_at is not None and 0 <= accs["hybrid"].model_drafted_at[0] <= 1
+    redone = candidates(costs, accs, [1, 2, 4])
+    assert [(p.proposer, p.k) for p in redone] == [(r["proposer"], r["k"]) for r in result["table"]]
+    assert [p.predicted_tokens_per_s for p in redone] == pytest.approx([r["predicted_tokens_per_s"]
+                                                                        for r in result["table"]])
     assert result["table"][0]["proposer"] == "none" and result["table"][0]["k"] == 0
     best = max(result["table"], key=lambda r: r["predicted_tokens_per_s"])
     assert (result["proposer"], result["k"]) == (best["proposer"], best["k"])
