@@ -127,6 +127,29 @@ def test_verify_curve_is_scaled_to_what_real_passes_cost():
     assert predict(costs, unscaled, 4).costs["verify_s"] == pytest.approx(0.20)
 
 
+def test_draft_step_is_scaled_to_what_real_draft_passes_cost():
+    costs = Costs(verify_s={1: 0.10, 3: 0.10}, draft_token_s=0.02, lookup_s=0.0)
+    # The acceptance run drafted 2 tokens a pass with the model and its draft time was 0.05 s a pass,
+    # not 2 x 0.02: every drafted token costs 1.25x the bare step, at any k.
+    acc = Acceptance("draft", 2, accepted_at=[0.8, 0.6], drafted_at=[1, 1], other_per_pass_s=0.0,
+                     draft_per_pass_s=0.05, passes=10)
+    assert predict(costs, acc, 1).costs["draft_s"] == pytest.approx(0.025)
+    assert predict(costs, acc, 2).costs["draft_s"] == pytest.approx(0.05)
+    # Pooled with a hybrid whose model drafted in half the passes at the bare cost: one scale for both,
+    # weighted by passes; the lookup adds nothing to it.
+    hybrid = Acceptance("hybrid", 2, accepted_at=[0.5, 0.3], drafted_at=[1, 1], other_per_pass_s=0.0,
+                        draft_per_pass_s=0.02, passes=10, model_drafted_at=[0.5, 0.5])
+    ngram = Acceptance("ngram", 2, accepted_at=[0.1, 0.0], drafted_at=[0.2, 0.1], other_per_pass_s=0.0,
+                       draft_per_pass_s=0.001, passes=50)
+    preds = candidates(costs, {"draft": acc, "hybrid": hybrid, "ngram": ngram}, [2])
+    scale = (0.05 * 10 + 0.02 * 10) / (2 * 0.02 * 10 + 1 * 0.02 * 10)
+    assert preds[1].costs["draft_s"] == pytest.approx(2 * 0.02 * scale)
+    assert preds[2].costs["draft_s"] == pytest.approx(1 * 0.02 * scale)
+    # Without a measured draft time (no runs), the bare step stands.
+    bare = Acceptance("draft", 2, accepted_at=[0.8, 0.6], drafted_at=[1, 1], other_per_pass_s=0.0)
+    assert predict(costs, bare, 2).costs["draft_s"] == pytest.approx(0.04)
+
+
 def test_plain_is_recommended_when_no_proposer_pays():
     from specdecode.tune import predict_plain
 
