@@ -19,11 +19,11 @@ def decode_rate(r: dict) -> float:
 
 
 def per_pass(r: dict) -> tuple[float, float, float, float]:
-    """Measured tokens per decode pass and seconds per pass (all, draft, verify); the prefill pass
-    and its token are left out, as in tune's model."""
-    passes = max(r["target_passes"] - r["runs"], 1)
+    """Measured tokens per pass and seconds per pass (all, draft, verify), prefill excluded (it emits
+    no token: the first one comes from the first pass, as every other)."""
+    passes = max(r["target_passes"], 1)
     decode = r["total_s"] - (r.get("prefill_s") or 0.0)
-    return (r["new_tokens"] - r["runs"]) / passes, decode / passes, r["draft_s"] / passes, r["verify_s"] / passes
+    return r["new_tokens"] / passes, decode / passes, r["draft_s"] / passes, r["verify_s"] / passes
 
 
 def diagnose(tune: dict, by: dict, cats: list[str], fixed: list) -> None:
