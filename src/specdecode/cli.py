@@ -714,14 +714,14 @@ def tune(
         runs = tuner.measure_acceptance(gen, ids, names, k_max, params, progress=lambda: progress.advance(task))
         accs = {n: tuner.acceptance_from(r, n, k_max) for n, r in runs.items()}
         predictions = tuner.candidates(costs, accs, k_values)
-        best = tuner.recommend(predictions, k_max)
+        best = tuner.recommend(predictions)
         # The same costs with each category's own acceptance: what to pick if the traffic is that kind.
         per_category = {}
         for cat in sorted({p.category for p in prompts}):
             rows = [i for i, p in enumerate(prompts) if p.category == cat]
             cat_accs = {n: tuner.acceptance_from([runs[n][i] for i in rows], n, k_max) for n in names}
             preds = tuner.candidates(costs, cat_accs, k_values)
-            pick = tuner.recommend(preds, k_max)
+            pick = tuner.recommend(preds)
             per_category[cat] = {"proposer": pick.proposer, "k": pick.k,
                                  "predicted_tokens_per_s": pick.predicted_tokens_per_s,
                                  "table": [tuner.as_dict(p) for p in preds]}

@@ -266,25 +266,8 @@ def draft_scale(costs: Costs, accs: list[Acceptance]) -> float:
     return measured / modelled if measured > 0 and modelled > 0 else 1.0
 
 
-# How close to the fastest prediction a directly measured setting must be to be preferred to it.
-DIRECT_MARGIN = 0.03
-
-
-def recommend(predictions: list[Prediction], k_max: int | None = None, margin: float = DIRECT_MARGIN) -> Prediction:
-    """The fastest prediction, unless a setting measured directly is within `margin` of it.
-
-    At k = k_max the acceptance runs ran exactly that setting, so its tokens per pass is a
-    measurement; at a smaller k it is read off the k_max passes, whose starts fall elsewhere in the
-    text (session 10, greedy: 4-10% off at k < k_max, exact at k_max). Plain decoding has nothing
-    to estimate. So where the two are within the error of the extrapolation, the measured one is
-    the safer advice (given k_max; without it, simply the fastest).
-    """
-    best = max(predictions, key=lambda p: p.predicted_tokens_per_s)
-    if k_max is None:
-        return best
-    direct = [p for p in predictions if p.k in (0, k_max)
-              and p.predicted_tokens_per_s >= (1 - margin) * best.predicted_tokens_per_s]
-    return max(direct, key=lambda p: p.predicted_tokens_per_s) if direct else best
+def recommend(predictions: list[Prediction]) -> Prediction:
+    return max(predictions, key=lambda p: p.predicted_tokens_per_s)
 
 
 def measured_tokens_per_s(gen: SpeculativeGenerator, prompts: list[list[int]], proposer: str, k: int,
