@@ -250,12 +250,12 @@ def verify_scale(costs: Costs, accs: list[Acceptance]) -> float:
 
 
 def draft_scale(costs: Costs, accs: list[Acceptance]) -> float:
-    """Real draft tokens cost more than the bare draft step timed on the median prompt: each draft
-    pass first catches the draft model up on the tokens the last pass accepted, and, sampling, turns
-    every drafted position's logits into the full distribution q that the rejection step needs.
-    (Measured on the Xeon at T = 1: 98 ms a drafted token in real passes against 76 ms for the bare
-    step, the same at k = 1 and k = 6, so a factor rather than a cost per pass.) Scale the step so
-    that it agrees in total with the acceptance runs' draft time, pooled like `verify_scale`."""
+    """The bare draft step is a few seconds' sample of a machine whose speed drifts (76, 88, 107 and
+    81 ms in four tune runs of session 10), and real draft tokens also pay for catching the draft
+    up on the tokens the last pass accepted and, sampling, for the full q the rejection step needs.
+    Scale the step so that it agrees in total with the acceptance runs' draft time (minutes of
+    passes, interleaved with the other proposers), pooled like `verify_scale`; real draft tokens
+    cost the same per token at k = 1 as at k = 6 (98 ms in session 10's T = 1 sweep), so a factor."""
     measured = modelled = 0.0
     for acc in accs:
         tokens = acc.model_tokens(acc.k_max)
