@@ -7,7 +7,8 @@ reaching position i). A_i is counted from each pass's acceptance chances (the pr
 min(1, p/q) up to position i) rather than from its realised accept/reject draws: the same
 expectation, with the rejection step's own randomness integrated out. One acceptance run at k_max
 gives A_i for every smaller k; the verify cost is
-measured for every width because on CPUs it is not flat (see the README).
+measured for every width because on CPUs it is not flat (see the README). The bare verify curve and
+the bare draft step are then scaled to what the acceptance runs' real passes cost.
 """
 
 from __future__ import annotations
