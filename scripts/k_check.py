@@ -4,8 +4,9 @@
 
 Prints markdown: per category, the best fixed (proposer, k) in the bench and how fast tune's pick
 for that category ran in the same bench (ratio), and for both the predicted against the measured
-tokens per pass and pass costs (which part of the model a miss came from); over all categories, k=auto against the best
-fixed k of the same proposer; and tune's predicted tokens/s against the measured one. Speeds are
+tokens per pass and pass costs (which part of the model a miss came from); over all categories,
+k=auto against the best fixed k of the same proposer; and tune's predicted tokens/s against the
+measured one. Speeds are
 decode tokens/s (prefill excluded, as in tune's model: the prefill is the same for every k).
 """
 
@@ -26,14 +27,13 @@ def per_pass(r: dict) -> tuple[float, float, float, float]:
     return r["new_tokens"] / passes, decode / passes, r["draft_s"] / passes, r["verify_s"] / passes
 
 
-def diagnose(tune: dict, by: dict, cats: list[str], fixed: list) -> None:
+def diagnose(tune: dict, by: dict, best_of: dict) -> None:
     """Per category, tune's pick and the bench's best: predicted against measured tokens per pass and
     pass costs, so that a miss says whether acceptance or which cost was mis-modelled."""
     print("| category | setting | tokens/pass pred / bench | pass ms pred / bench | draft ms | verify ms |")
     print("|---|---|---|---|---|---|")
-    for cat in cats:
+    for cat, best in best_of.items():
         pick = tune["per_category"][cat]
-        best = max(fixed, key=lambda mk: decode_rate(by[(*mk, cat)]))
         rows = {(r["proposer"], r["k"]): r for r in pick["table"]}
         for setting in dict.fromkeys([(pick["proposer"], pick["k"]), best]):
             pred, rec = rows.get(setting), by.get((*setting, cat))
@@ -59,8 +59,8 @@ def main(tune_path: str, bench_path: str) -> None:
                    and isinstance(k, int)]
     print("| category | best fixed k (bench) | tok/s | tune's pick | its tok/s in the bench | ratio | plain tok/s |")
     print("|---|---|---|---|---|---|---|")
-    for cat in cats + ["all"]:
-        best = max(fixed, key=lambda mk: decode_rate(by[(*mk, cat)]))
+    best_of = {cat: max(fixed, key=lambda mk: decode_rate(by[(*mk, cat)])) for cat in cats + ["all"]}
+    for cat, best in best_of.items():
         pick = tune["per_category"][cat] if cat != "all" else tune
         mine = by.get((pick["proposer"], pick["k"], cat))
         best_rate = decode_rate(by[(*best, cat)])
@@ -69,7 +69,7 @@ def main(tune_path: str, bench_path: str) -> None:
         print(f"| {cat} | {best[0]} k={best[1]} | {best_rate:.2f} | {pick['proposer']} k={pick['k']} | "
               f"{mine_rate:.2f} | {mine_rate / best_rate:.0%} | {plain:.2f} |")
     print()
-    diagnose(tune, by, cats, fixed)
+    diagnose(tune, by, {cat: best_of[cat] for cat in cats})
     print("| proposer | k=auto tok/s (all) | best fixed k | its tok/s | auto / best |")
     print("|---|---|---|---|---|")
     for proposer in ("draft", "ngram", "hybrid"):
