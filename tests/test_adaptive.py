@@ -4,7 +4,7 @@ import pytest
 
 from specdecode import SamplingParams
 from specdecode.adaptive import AdaptiveK
-from specdecode.load_policy import AcceptanceTracker, CostCurve
+from specdecode.costs import AcceptanceTracker, CostCurve
 
 
 def test_controller_grows_on_full_acceptance_and_shrinks_on_rejection():
@@ -31,11 +31,8 @@ def test_auto_drafts_long_blocks_for_a_perfect_draft(twin_gen):
     # A random tiny model is never confident (top probability ~0.1), so this test switches the
     # confidence stop off and watches the controller alone.
     # The cost rule is off too: the twin draft costs as much as the target, so it would not pay.
-    twin_gen.auto_min_confidence, twin_gen.auto_cost_cap = 0.0, False
-    try:
+    with twin_gen.configured(min_confidence=0.0, cost_rule=False):
         out = twin_gen.generate("abc", greedy(60), k="auto", chat=False, proposer="draft")
-    finally:
-        twin_gen.auto_min_confidence, twin_gen.auto_cost_cap = 0.4, True
     fixed = twin_gen.generate("abc", greedy(60), k=4, chat=False, proposer="draft")
     assert out.token_ids == fixed.token_ids
     assert out.stats["mean_accepted_tokens"] > fixed.stats["mean_accepted_tokens"]
@@ -60,11 +57,8 @@ def test_auto_greedy_equals_plain(twin_gen, small_draft_gen, proposer):
 
 
 def test_confidence_stop_shortens_drafts(twin_gen):
-    twin_gen.auto_min_confidence = 0.99  # nothing is that sure: one draft per pass
-    try:
+    with twin_gen.configured(min_confidence=0.99):  # nothing is that sure: one draft per pass
         out = twin_gen.generate("abc", greedy(30), k="auto", chat=False, proposer="draft")
-    finally:
-        twin_gen.auto_min_confidence = 0.4
     assert out.stats["drafted_tokens"] <= out.stats["target_passes"]
     assert len(out.stats["per_position_acceptance"]) == 1
 
@@ -77,8 +71,6 @@ def test_bad_k_is_a_clear_error(twin_gen):
 
 
 def test_cost_cap_follows_draft_cost_and_acceptance():
-    from specdecode.load_policy import CostCurve
-
     c = AdaptiveK(k_max=8)
     flat = CostCurve({1: 0.1, 9: 0.1})  # a memory-bound verify: width is nearly free
     per_token = CostCurve({1: 0.1, 9: 0.9})  # a compute-bound one: every token scored costs
@@ -91,7 +83,8 @@ def test_cost_cap_follows_draft_cost_and_acceptance():
 
 
 def test_choice_follows_the_costs_and_probes_while_off():
-    from specdecode.adaptive import PassCosts, SourceChoice
+    from specdecode.adaptive import SourceChoice
+    from specdecode.costs import PassCosts
 
     costs = PassCosts()
     c = AdaptiveK(k_max=8, k=8)
@@ -114,7 +107,8 @@ def test_choice_follows_the_costs_and_probes_while_off():
 
 def test_choice_between_sources_follows_their_acceptance_and_cost():
     """The hybrid: free lookup drafts where they are accepted, the dear draft model elsewhere."""
-    from specdecode.adaptive import PassCosts, SourceChoice
+    from specdecode.adaptive import SourceChoice
+    from specdecode.costs import PassCosts
 
     costs = PassCosts()
     costs.verify = CostCurve({1: 0.1, 9: 0.11})
@@ -134,8 +128,7 @@ def test_choice_between_sources_follows_their_acceptance_and_cost():
 
 
 def test_auto_with_an_expensive_draft_drafts_only_probes(twin_gen):
-    from specdecode.adaptive import PassCosts
-    from specdecode.load_policy import CostCurve
+    from specdecode.costs import PassCosts
 
     costs = PassCosts()
     costs.verify = CostCurve({1: 0.1, 16: 0.1})
@@ -189,20 +182,23 @@ def test_lookup_match_lengths_are_sources_of_their_own():
 
     ngram = NgramProposer(max_n=3, min_n=1)
     assert list(ngram.sources) == ["ngram3", "ngram2", "ngram1"]
-    context = [1, 2, 3, 4, 9, 2, 3]  # the suffix [2, 3] was seen before, followed by 4, 9
-    assert ngram.available(context, 8) == {"ngram3": 0, "ngram2": 4, "ngram1": 0}
-    proposal = ngram.propose(context, 2, None, None)
+    from types import SimpleNamespace
+
+    row = SimpleNamespace(context=[1, 2, 3, 4, 9, 2, 3])  # the suffix [2, 3] was seen before, followed by 4, 9
+    assert ngram.reach(row, 8) == {"ngram3": 0, "ngram2": 4, "ngram1": 0}
+    (proposal,) = ngram.propose([row], [2])
     assert proposal.tokens == [4, 9] and proposal.source == "ngram2"
-    assert ngram.available([5, 6, 7], 8) == {"ngram3": 0, "ngram2": 0, "ngram1": 0}
+    assert ngram.reach(SimpleNamespace(context=[5, 6, 7]), 8) == {"ngram3": 0, "ngram2": 0, "ngram1": 0}
     hybrid = HybridProposer(ngram, draft=object())
     assert list(hybrid.sources) == ["ngram3", "ngram2", "ngram1", "draft"]
-    assert hybrid.available(context, 8) == {"ngram3": 0, "ngram2": 4, "ngram1": 0, "draft": 8}
+    assert hybrid.reach(row, 8) == {"ngram3": 0, "ngram2": 4, "ngram1": 0, "draft": 8}
 
 
 def test_auto_skips_weak_lookup_matches_but_keeps_strong_ones():
     """With its own acceptance per match length, auto can stop drafting after one-token matches
     that are never accepted while it goes on drafting after three-token matches that are."""
-    from specdecode.adaptive import PassCosts, SourceChoice
+    from specdecode.adaptive import SourceChoice
+    from specdecode.costs import PassCosts
 
     costs = PassCosts()
     costs.verify = CostCurve({1: 0.1, 9: 0.102})
@@ -258,11 +254,11 @@ def test_auto_learns_from_chances(twin_gen, monkeypatch):
     monkeypatch.setattr(AcceptanceTracker, "update", spy)
     # Whether the cost rule drafts at all depends on the pass costs this machine has learnt so far;
     # the controller alone always drafts, which is what this test needs.
-    monkeypatch.setattr(twin_gen, "auto_cost_cap", False)
     monkeypatch.setattr(twin_gen, "pooled_acceptance", {})
     for k in ("auto", 2):
         seen.clear()
-        twin_gen.generate("abc", SamplingParams(max_new_tokens=12, temperature=1.0, seed=3), k=k, chat=False,
-                          proposer="draft")
+        with twin_gen.configured(cost_rule=False):
+            twin_gen.generate("abc", SamplingParams(max_new_tokens=12, temperature=1.0, seed=3), k=k, chat=False,
+                              proposer="draft")
         drafted_passes = [(d, n) for d, n in seen if d > 0]
         assert drafted_passes and all(n == d for d, n in drafted_passes)

@@ -1,5 +1,7 @@
 """The engine on tiny random float32 models: speculative greedy output equals plain greedy output."""
 
+from types import SimpleNamespace
+
 import pytest
 
 import tiny
@@ -35,13 +37,16 @@ def test_draft_context_window_prefills_the_end_of_the_prompt_only(target_model, 
     gen = SpeculativeGenerator.from_models(target_model, tok, proposer, twin, tok, draft_context=8)
     drafter = gen.proposers["draft"]
     ids = gen.encode(prompt, chat=False)
-    drafter.start(ids)
-    assert drafter.runner.length == 7  # the last 8 prompt tokens, all but the one fed with the first pass
+    row = SimpleNamespace(id=-1, prompt_ids=ids)
+    drafter.join([row])
+    assert drafter.runner.length(0) == 7  # the last 8 prompt tokens, all but the one fed with the first pass
+    assert drafter.state[-1].offset == len(ids) - 8
+    drafter.leave([row])
+    assert drafter.runner.rows == 0 and not drafter.state
     plain = gen.generate(prompt, greedy(40), chat=False, proposer="none")
     for k in (1, 4, "auto"):
         spec = gen.generate(prompt, greedy(40), k=k, chat=False, proposer=proposer)
         assert spec.token_ids == plain.token_ids, k
-    assert drafter.offset == len(ids) - 8
 
 
 def test_draft_context_window_must_be_a_token_count(target_model, tok):

@@ -19,6 +19,7 @@ import torch
 import toy
 from specdecode.goodness import one_sample
 from specdecode.naive import naive_rejection_sample
+from specdecode.rejection import rejection_sample
 from specdecode.sampling import SamplingParams
 
 ALPHA = 1e-3
@@ -203,14 +204,14 @@ def exact_model_joint(model, prompt, params, L):
     return out
 
 
-def batched_samples(gen, monkeypatch=None):
+def batched_samples(gen):
     """BATCH_N seeded requests through the batch engine, mixed with other traffic: n-gram, greedy,
     other temperatures and prompts, k fixed and auto, rows joining and leaving every step."""
     from collections import Counter
 
-    from specdecode.batch_engine import BatchEngine, BatchRequest
+    from specdecode.request import Request as BatchRequest
 
-    engine = BatchEngine(gen, max_batch=8, load_policy=False, calibrate=False)
+    engine = gen
     fillers = [("ngram", 3, SamplingParams(temperature=0.0, max_new_tokens=5)),
                ("draft", "auto", SamplingParams(temperature=0.7, seed=5, max_new_tokens=4)),
                ("none", 0, SamplingParams(temperature=1.0, top_p=0.8, max_new_tokens=3))]
@@ -226,27 +227,22 @@ def batched_samples(gen, monkeypatch=None):
         if len(engine.waiting) > 32:
             engine.step()
     engine.run_until_idle()
+    assert engine.counters["admitted"] > BATCH_N  # the fillers ran beside them
     return Counter(tuple(r.generated) for r in ours)
 
 
 def test_batched_engine_joint_distribution(near_draft_gen, target_model):
-    counts = batched_samples(near_draft_gen)
+    with near_draft_gen.configured(load_policy=False):
+        counts = batched_samples(near_draft_gen)
     result = one_sample(counts, exact_model_joint(target_model, BATCH_PROMPT, TOPK, 3), alpha=ALPHA)
     assert sum(counts.values()) == BATCH_N
     assert_exact(result)
 
 
-def test_control_batched_engine_with_naive_residual_is_rejected(near_draft_gen, target_model, monkeypatch):
+def test_control_batched_engine_with_naive_residual_is_rejected(near_draft_gen, target_model):
     """The same engine and traffic, with the wrong rejection step (sample from p on rejection)."""
-    from specdecode import batch_engine, engine
-
-    def naive_verify(logits, drafts, q, params, generator):
-        with monkeypatch.context() as m:
-            m.setattr(engine, "rejection_sample", naive_rejection_sample)
-            return engine.verify_drafts(logits, drafts, q, params, generator)
-
-    monkeypatch.setattr(batch_engine, "verify_drafts", naive_verify)
-    counts = batched_samples(near_draft_gen)
+    with near_draft_gen.configured(load_policy=False, reject=naive_rejection_sample):
+        counts = batched_samples(near_draft_gen)
     result = one_sample(counts, exact_model_joint(target_model, BATCH_PROMPT, TOPK, 3), alpha=ALPHA)
     assert result.p_value < ALPHA, result
 
@@ -259,8 +255,7 @@ class FixedCosts:
     below: k depends on what earlier passes and requests accepted."""
 
     def __new__(cls):
-        from specdecode.adaptive import PassCosts
-        from specdecode.load_policy import CostCurve
+        from specdecode.costs import CostCurve, PassCosts
 
         costs = PassCosts()
         costs.verify = CostCurve({1: 0.1, 16: 0.1})
@@ -269,22 +264,23 @@ class FixedCosts:
         return costs
 
 
-def auto_samples(gen, n=BATCH_N):
+def auto_samples(gen, n=BATCH_N, reject=rejection_sample):
     from collections import Counter
 
-    saved = gen.pass_costs, dict(gen.pooled_acceptance)
+    saved = gen.pass_costs, gen.policy.costs, dict(gen.pooled_acceptance)
     # The confidence stop is off (toy tests cover it): here k is the cost rule's alone.
-    gen.pass_costs, gen.pooled_acceptance, gen.auto_min_confidence = FixedCosts(), {}, 0.0
+    gen.pass_costs = gen.policy.costs = FixedCosts()
+    gen.pooled_acceptance = {}
     counts, drafted = Counter(), Counter()
     try:
-        for i in range(n):
-            out = gen.generate(list(BATCH_PROMPT), TOPK.replace(seed=2000 + i), k="auto", chat=False,
-                               proposer="draft")
-            counts[tuple(out.token_ids)] += 1
-            drafted.update(step[1] for step in out.stats["steps"])
+        with gen.configured(min_confidence=0.0, reject=reject):
+            for i in range(n):
+                out = gen.generate(list(BATCH_PROMPT), TOPK.replace(seed=2000 + i), k="auto", chat=False,
+                                   proposer="draft")
+                counts[tuple(out.token_ids)] += 1
+                drafted.update(step[1] for step in out.stats["steps"])
     finally:
-        gen.pass_costs, gen.pooled_acceptance = saved
-        gen.auto_min_confidence = 0.4
+        gen.pass_costs, gen.policy.costs, gen.pooled_acceptance = saved
     return counts, drafted
 
 
@@ -294,11 +290,8 @@ def test_auto_k_engine_joint_distribution(near_draft_gen, target_model):
     assert_exact(one_sample(counts, exact_model_joint(target_model, BATCH_PROMPT, TOPK, 3), alpha=ALPHA))
 
 
-def test_control_auto_k_engine_with_naive_residual_is_rejected(near_draft_gen, target_model, monkeypatch):
-    from specdecode import engine
-
-    monkeypatch.setattr(engine, "rejection_sample", naive_rejection_sample)
-    counts, _ = auto_samples(near_draft_gen)
+def test_control_auto_k_engine_with_naive_residual_is_rejected(near_draft_gen, target_model):
+    counts, _ = auto_samples(near_draft_gen, reject=naive_rejection_sample)
     result = one_sample(counts, exact_model_joint(target_model, BATCH_PROMPT, TOPK, 3), alpha=ALPHA)
     assert result.p_value < ALPHA, result
 
@@ -308,21 +301,24 @@ def test_control_auto_k_engine_with_naive_residual_is_rejected(near_draft_gen, t
 HYBRID_PROMPT = [5, 6, 7, 5, 6]  # the lookup matches at once ([5, 6] -> 7, 5, 6), later only sometimes
 
 
-def hybrid_samples(gen, k, n=BATCH_N):
+def hybrid_samples(gen, k, n=BATCH_N, reject=rejection_sample):
     from collections import Counter
 
-    saved = gen.pass_costs, dict(gen.pooled_acceptance)
+    saved = gen.pass_costs, gen.policy.costs, dict(gen.pooled_acceptance)
     costs = FixedCosts()
     costs.per_draft.update({source: 0.0 for source in ("ngram1", "ngram2", "ngram3")})
-    gen.pass_costs, gen.pooled_acceptance = costs, {}
+    gen.pass_costs = gen.policy.costs = costs
+    gen.pooled_acceptance = {}
     counts, passes = Counter(), Counter()
     try:
-        for i in range(n):
-            out = gen.generate(list(HYBRID_PROMPT), TOPK.replace(seed=3000 + i), k=k, chat=False, proposer="hybrid")
-            counts[tuple(out.token_ids)] += 1
-            passes.update({source.rstrip("123"): c[0] for source, c in out.stats["by_source"].items()})
+        with gen.configured(reject=reject):
+            for i in range(n):
+                out = gen.generate(list(HYBRID_PROMPT), TOPK.replace(seed=3000 + i), k=k, chat=False,
+                                   proposer="hybrid")
+                counts[tuple(out.token_ids)] += 1
+                passes.update({source.rstrip("123"): c[0] for source, c in out.stats["by_source"].items()})
     finally:
-        gen.pass_costs, gen.pooled_acceptance = saved
+        gen.pass_costs, gen.policy.costs, gen.pooled_acceptance = saved
     return counts, passes
 
 
@@ -335,11 +331,8 @@ def test_hybrid_joint_distribution(near_draft_gen, target_model, k):
     assert_exact(one_sample(counts, exact_model_joint(target_model, HYBRID_PROMPT, TOPK, 3), alpha=ALPHA))
 
 
-def test_control_hybrid_with_naive_residual_is_rejected(near_draft_gen, target_model, monkeypatch):
-    from specdecode import engine
-
-    monkeypatch.setattr(engine, "rejection_sample", naive_rejection_sample)
-    counts, _ = hybrid_samples(near_draft_gen, 2)
+def test_control_hybrid_with_naive_residual_is_rejected(near_draft_gen, target_model):
+    counts, _ = hybrid_samples(near_draft_gen, 2, reject=naive_rejection_sample)
     result = one_sample(counts, exact_model_joint(target_model, HYBRID_PROMPT, TOPK, 3), alpha=ALPHA)
     assert result.p_value < ALPHA, result
 
@@ -351,14 +344,21 @@ def test_draft_context_window_joint_distribution(near_draft_gen, target_model):
 
     drafter = near_draft_gen.proposers["draft"]
     counts, prefilled = Counter(), set()
+    real_join = drafter.join
+
+    def join(rows):
+        real_join(rows)
+        prefilled.update(drafter.state[r.id].offset for r in rows)
+
     drafter.context_window = 2  # of the 4 prompt tokens, the draft sees [7, 8]
+    drafter.join = join
     try:
         for i in range(BATCH_N):
             out = near_draft_gen.generate(list(BATCH_PROMPT), TOPK.replace(seed=4000 + i), k=2, chat=False,
                                           proposer="draft")
             counts[tuple(out.token_ids)] += 1
-            prefilled.add(drafter.offset)
     finally:
         drafter.context_window = None
+        del drafter.join
     assert prefilled == {2}  # the window was live
     assert_exact(one_sample(counts, exact_model_joint(target_model, BATCH_PROMPT, TOPK, 3), alpha=ALPHA))

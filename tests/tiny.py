@@ -48,3 +48,9 @@ def model(hidden: int = 64, layers: int = 2, seed: int = 0, vocab: int = VOCAB, 
     with torch.no_grad():
         m.lm_head.weight.mul_(8.0)
     return m.eval()
+
+
+@torch.no_grad()
+def reference_logits(m, tokens: list[int], n: int) -> torch.Tensor:
+    """The last n positions' logits of one uncached forward over the whole sequence."""
+    return m(input_ids=torch.tensor([tokens])).logits[0, -n:].float()

@@ -18,8 +18,7 @@ exact.
   (`SourceChoice`).
 - The controller follows transformers' assisted-generation heuristic (+2 after a fully accepted
   block, -1 after a rejection). It decides until the costs are known (the first pass), and alone
-  where no cost rule applies (`auto_cost_cap = False`; the batched server, whose load policy
-  caps k from batched costs).
+  where no cost rule applies (EngineConfig.cost_rule off).
 - The draft drafts no further after a position where its top probability was below
   `min_confidence` (the token drafted there is kept: its forward pass is paid for, and dropping it
   would bias the drafts).
@@ -30,25 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .load_policy import AcceptanceTracker, CostCurve, ema
-
-
-class PassCosts:
-    """Seconds per pass as this machine really runs them: the target's verify pass by width (a
-    moving average per width) and each proposer's cost per drafted token."""
-
-    def __init__(self, smoothing: float = 0.2):
-        self.verify = CostCurve(smoothing=smoothing)
-        self.per_draft: dict[str, float] = {}
-        self.smoothing = smoothing
-
-    def observe(self, proposer: str, drafted: int, draft_s: float, width: int, verify_s: float) -> None:
-        self.verify.observe(width, verify_s)
-        if drafted > 0:
-            self.per_draft[proposer] = ema(self.per_draft.get(proposer), draft_s / drafted, self.smoothing)
-
-    def known(self, proposer: str) -> bool:
-        return bool(self.verify.points) and proposer in self.per_draft
+from .costs import AcceptanceTracker, CostCurve, PassCosts, best_k
 
 
 @dataclass
@@ -87,14 +68,9 @@ class AdaptiveK:
     def best(self, draft_token_s: float, verify: CostCurve, acceptance: AcceptanceTracker,
              k_max: int | None = None) -> tuple[int, float]:
         """(k, expected tokens/s) of the k that pays best, k = 0 (plain decoding) when none beats it
-        by the margin."""
-        plain = 1.0 / max(verify(1), 1e-9)
-        best, best_rate = 0, plain * (1 + self.margin)
-        for k in range(1, min(self.k_max, k_max or self.k_max) + 1):
-            rate = acceptance.expected_tokens(k) / max(k * draft_token_s + verify(1 + k), 1e-9)
-            if rate > best_rate * (1 + 1e-9):
-                best, best_rate = k, rate
-        return best, (best_rate if best else plain)
+        by the margin (costs.best_k)."""
+        return best_k(acceptance.expected_tokens, lambda k: k * draft_token_s + verify(1 + k),
+                      min(self.k_max, k_max or self.k_max), self.margin)
 
     def best_by_cost(self, draft_token_s: float, verify: CostCurve, acceptance: AcceptanceTracker) -> int:
         return self.best(draft_token_s, verify, acceptance)[0]

@@ -155,7 +155,7 @@ def verify(
     prompt: str = typer.Argument(..., help="the user message (or raw text with --no-chat)"),
     target: str = Target,
     draft: str = Draft,
-    proposer: str = typer.Option("draft", "--proposer", help="draft | ngram, or a comma-separated list"),
+    proposer: str = typer.Option("draft", "--proposer", help="draft | ngram | hybrid, or a comma-separated list"),
     k: int = typer.Option(3, "--k", help="tokens drafted per target pass"),
     samples: int = typer.Option(400, "--samples", help="continuations per method"),
     length: int = typer.Option(2, "--length", help="tokens per continuation (L)"),
@@ -175,16 +175,16 @@ def verify(
     """Check that speculative sampling gives the target's distribution, on real models."""
     from rich.progress import Progress
 
-    from .backends.hf_batch import BatchRunner
-    from .loading import load_models
-    from .proposers import PROPOSERS
+    from .engine import EngineConfig, SpeculativeGenerator
     from .goodness import one_sample
-    from .verify import Sampler, compare, first_token_probs, sample_continuations
+    from .proposers import PROPOSERS
+    from .verify import compare, first_token_probs, sample_continuations
 
     names = [p.strip() for p in proposer.split(",") if p.strip()]
     for name in names:
         if name not in PROPOSERS or name == "none":
-            raise InvalidParameter(f"--proposer takes draft and/or ngram (plain sampling always runs), got {name!r}")
+            raise InvalidParameter(f"--proposer takes draft, ngram and/or hybrid (plain sampling always runs), "
+                                   f"got {name!r}")
     if samples < 10:
         raise InvalidParameter(f"--samples must be at least 10, got {samples}")
     if not 1 <= length <= 8:
@@ -193,26 +193,27 @@ def verify(
         raise InvalidParameter(f"--k must be >= 1, got {k}")
     if not 0 < alpha < 1:
         raise InvalidParameter(f"--alpha must be in (0, 1), got {alpha}")
+    if batch_size < 1:
+        raise InvalidParameter(f"--batch-size must be >= 1, got {batch_size}")
     params = SamplingParams(max_new_tokens=length, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                             seed=seed)
     if params.greedy:
         raise InvalidParameter("verify compares distributions: use --temperature > 0 (greedy has one outcome)")
-    target_model, tokenizer, draft_model, _ = load_models(target, draft if "draft" in names else None, dtype,
-                                                          draft_dtype)
-    from .loading import build_generator
-
-    prompt_ids = build_generator(target_model, tokenizer, "none").encode(prompt, chat=not no_chat)
-    sampler = Sampler(BatchRunner(target_model), BatchRunner(draft_model) if draft_model is not None else None)
-    generator = torch_generator(seed)
+    needs_draft = any(n in ("draft", "hybrid") for n in names)
+    gen = SpeculativeGenerator.from_pretrained(
+        target=target, draft=draft if needs_draft else None, proposer="draft" if needs_draft else "none",
+        dtype=dtype, draft_dtype=draft_dtype, config=EngineConfig(max_batch=batch_size, load_policy=False))
+    prompt_ids = gen.encode(prompt, chat=not no_chat)
     draws: dict[str, list] = {}
     with Progress(console=err, transient=True) as progress:
-        for name in ["none", *names]:
+        for i, name in enumerate(["none", *names]):
             task = progress.add_task(f"sampling {samples} x {length} tokens: {'plain' if name == 'none' else name}",
                                      total=samples)
-            draws[name] = sample_continuations(sampler, prompt_ids, samples, length, params, k, name, generator,
-                                               naive=naive and name != "none", batch_size=batch_size,
+            # Each method's samples have seeds of their own: the draws are independent.
+            draws[name] = sample_continuations(gen, prompt_ids, samples, length, params, k, name,
+                                               seed=seed * 1_000_003 + i * samples, naive=naive and name != "none",
                                                progress=lambda n, t=task: progress.advance(t, n))
-    exact = first_token_probs(sampler.target, prompt_ids, params)
+    exact = first_token_probs(gen, prompt_ids, params)
     report = {"prompt": prompt, "samples": samples, "length": length, "k": k, "temperature": temperature,
               "top_k": top_k, "top_p": top_p, "min_p": min_p, "alpha": alpha, "naive": naive, "dtype": dtype,
               "plain_first_token_exact": None, "results": {}}
@@ -223,13 +224,7 @@ def verify(
     if as_json:
         print(json.dumps(report))
     else:
-        print_verify_report(report, tokenizer, draws)
-
-
-def torch_generator(seed: int):
-    import torch
-
-    return torch.Generator().manual_seed(seed)
+        print_verify_report(report, tokenizer=gen.tokenizer, draws=draws)
 
 
 def print_verify_report(report: dict, tokenizer, draws: dict) -> None:
@@ -800,6 +795,7 @@ def serve(
     shutdown_timeout: float = typer.Option(30.0, "--shutdown-timeout", help="seconds in-flight requests get to "
                                                                             "finish on shutdown"),
     config: Optional[str] = typer.Option(None, "--config", help="a `tune --save` file"),
+    draft_context: int = DraftContext,
 ):
     """OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, /v1/models, /health,
     /metrics) with continuous batching of exact speculative decoding."""
@@ -810,26 +806,23 @@ def serve(
     except ImportError as exc:
         raise InvalidParameter(f"the server needs the serve extra ({exc.name} is missing): "
                                "pip install 'specdecode[serve]'") from None
-    from .batch_engine import BATCHED_PROPOSERS, BatchEngine
-    from .engine import SpeculativeGenerator
+    from .engine import EngineConfig, SpeculativeGenerator
 
+    window = 0
     if config:
         target, draft, proposer, dtype, draft_dtype, k, window = from_config(config, target, draft, proposer,
                                                                              dtype, draft_dtype, k, 0)
-        if window and proposer != "ngram":
-            err.print(f"note: {config} sets draft_context {window}; the server's batched draft model sees the "
-                      "whole context (only speed differs: the output distribution is the same)", highlight=False)
+    window = check_draft_context(draft_context) or window or None
     if load_policy not in ("on", "off"):
         raise InvalidParameter(f"--load-policy is on or off, got {load_policy!r}")
     if max_batch < 1 or max_waiting < 0 or max_tokens < 1:
         raise InvalidParameter("--max-batch and --max-tokens must be >= 1 and --max-waiting >= 0")
-    if proposer not in BATCHED_PROPOSERS:
-        raise InvalidParameter(f"the server batches the proposers {', '.join(BATCHED_PROPOSERS)}; --proposer "
-                               f"{proposer} runs in generate and bench")
     steps = parse_k(k)
+    engine_config = EngineConfig(max_batch=max_batch, max_waiting=max_waiting, load_policy=load_policy == "on")
     gen = SpeculativeGenerator.from_pretrained(target=target, draft=draft, proposer=proposer, dtype=dtype,
-                                               draft_dtype=draft_dtype)
-    engine = BatchEngine(gen, max_batch=max_batch, max_waiting=max_waiting, load_policy=load_policy == "on")
+                                               draft_dtype=draft_dtype, draft_context=window, config=engine_config)
+    gen.calibrate()
+    engine = gen
     name = served_model_name or ("specdecode/" + os.path.basename(str(target).rstrip("/")))
     app_ = create_app(engine, name, default_k=steps, default_max_tokens=max_tokens, shutdown_grace_s=shutdown_timeout)
     err.print(f"serving {name} (target {gen.info.get('dtype')}, proposer {proposer}, k={steps}, max batch "

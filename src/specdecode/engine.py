@@ -1,144 +1,81 @@
-"""The speculative decoding loop, one request at a time.
+"""The one engine: every request, proposer and backend goes through one batched `step()`.
 
-The data path, top to bottom in `SpeculativeGenerator.generate`:
-    prompt -> prefill the target with all but the last prompt token
-    repeat: proposer.propose(k) -> target.forward(last token + drafts) -> probs_from_logits
-            -> rejection_sample -> target cache keeps the accepted prefix -> stop checks -> stream
+    step():
+        schedule   cancelled requests leave; waiting ones join (prefill, rows sharing a prompt once)
+        plan       k per row (fixed, or k="auto"'s choice), then the load cap over the batch
+        propose    each proposer drafts for all of its rows at once
+        score      one target pass over every row's last token + its drafts (ragged widths)
+        verify     each row's own rejection step with its own generator (exact, batch-independent)
+        commit     caches keep each row's accepted prefix (bookkeeping, nothing copied)
+        learn      pass costs and acceptance, for k="auto" and the load cap (costs.py)
+        emit       stop checks inside the emitted block, streaming callbacks, finished rows leave
+
+`generate()` is submit + step until done; the server's worker thread calls `step()`; `verify`
+samples many requests through the same step. A batch of one is just a batch.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import logging
+import threading
 import time
+from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from .adaptive import AdaptiveK, PassCosts, SourceChoice
-from .backends.base import ModelRunner
-from .load_policy import AcceptanceTracker
-from .proposers import Proposer
+from .adaptive import AdaptiveK, SourceChoice
+from .backends.base import Runner
+from .costs import AcceptanceTracker, PassCosts
+from .load_policy import LoadPolicy, RowPlan
+from .prompts import Prompt, chat_ids, encode
+from .proposers import Proposal, Proposer
 from .rejection import rejection_sample
-from .sampling import InvalidParameter, SamplingParams, probs_from_logits
-from .textstream import OnToken, TextStream
+from .request import QueueFull, Request, RequestError
+from .sampling import InvalidParameter, SamplingParams
+from .stats import GenerationOutput, StepRecord
+from .textstream import OnToken
+from .verifier import RejectFn, TokenVerifier, Verdict
 
-Prompt = str | Sequence[int] | Sequence[dict]
+log = logging.getLogger(__name__)
 
-
-class RequestError(ValueError):
-    """The request cannot be served as given (empty prompt, too long for the context, ...)."""
-
-
-@dataclass
-class StepRecord:
-    """One target pass: when it finished (seconds since the request began) and what it emitted."""
-
-    end_s: float
-    drafted: int
-    accepted: int
-    emitted: int
+__all__ = ["EngineConfig", "GenerationOutput", "QueueFull", "Request", "RequestError", "SpeculativeGenerator",
+           "chat_ids"]
 
 
-@dataclass
-class GenerationStats:
-    prompt_tokens: int = 0
-    new_tokens: int = 0
-    target_passes: int = 0  # verification passes (the prefill is not counted)
-    drafted_tokens: int = 0
-    accepted_tokens: int = 0
-    drafted_per_position: list[int] = field(default_factory=list)
-    accepted_per_position: list[int] = field(default_factory=list)
-    # Per position, the sum over passes of the chance that the pass accepted it: c_1 * ... * c_i with
-    # c_j = min(1, p(x_j) / q(x_j)) for the drafted x_j. It has the expectation of the realised
-    # counts above (the uniforms of the rejection step integrated out) and, sampling, far less noise,
-    # and it counts positions after the first rejection too: what `tune` builds its predictions on.
-    expected_per_position: list[float] = field(default_factory=list)
-    # Source -> [passes, drafted, accepted]: the draft model, the lookup's match lengths (ngram3/2/1),
-    # or none (a pass that drafted nothing).
-    by_source: dict[str, list[int]] = field(default_factory=dict)
-    prefill_s: float = 0.0
-    draft_s: float = 0.0
-    verify_s: float = 0.0
-    total_s: float = 0.0
-    ttft_s: float = 0.0
-    finish_reason: str = "length"
-    steps: list[StepRecord] = field(default_factory=list)
+@dataclass(frozen=True)
+class EngineConfig:
+    max_batch: int = 8  # rows decoded together; more requests wait
+    max_waiting: int = 64  # queued requests beyond which submit() refuses (QueueFull)
+    k_max: int = 8  # the largest k that k="auto" may reach
+    # k="auto" drafts no further after a position where the draft's top probability is below this
+    # (see proposers.draft.next_draft).
+    min_confidence: float = 0.4
+    cost_rule: bool = True  # k="auto" keeps k where it pays at the measured costs; off: the controller alone
+    load_policy: bool = True  # over several rows, cap k where speculation would slow the batch
+    reject: RejectFn = rejection_sample  # the verification rule (a wrong one only for negative controls)
 
-    def record_pass(self, drafted: int, accepted: int, draft_s: float, verify_s: float,
-                    chances: Sequence[float] = (), source: str | None = None) -> None:
-        """One verification pass that checked `drafted` tokens and accepted `accepted`; chances:
-        each draft's min(1, p/q), when known; source: the proposer that drafted them."""
-        if source is not None:
-            counts = self.by_source.setdefault(source, [0, 0, 0])
-            counts[0] += 1
-            counts[1] += drafted
-            counts[2] += accepted
-        self.draft_s += draft_s
-        self.verify_s += verify_s
-        self.target_passes += 1
-        self.drafted_tokens += drafted
-        self.accepted_tokens += accepted
-        while len(self.drafted_per_position) < drafted:
-            self.drafted_per_position.append(0)
-            self.accepted_per_position.append(0)
-            self.expected_per_position.append(0.0)
-        reach = 1.0
-        for i in range(drafted):
-            self.drafted_per_position[i] += 1
-            self.accepted_per_position[i] += int(i < accepted)
-            reach *= chances[i] if len(chances) == drafted else float(i < accepted)
-            self.expected_per_position[i] += reach
-
-    def as_dict(self) -> dict:
-        decode_s = self.total_s - self.ttft_s
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "new_tokens": self.new_tokens,
-            "target_passes": self.target_passes,
-            "drafted_tokens": self.drafted_tokens,
-            "accepted_tokens": self.accepted_tokens,
-            "acceptance_rate": self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0,
-            "mean_accepted_tokens": self.new_tokens / self.target_passes if self.target_passes else 0.0,
-            "per_position_acceptance": [
-                a / d if d else 0.0 for a, d in zip(self.accepted_per_position, self.drafted_per_position)
-            ],
-            "drafted_per_position": list(self.drafted_per_position),
-            "accepted_per_position": list(self.accepted_per_position),
-            "expected_per_position": list(self.expected_per_position),
-            "by_source": {s: list(c) for s, c in self.by_source.items()},
-            "tokens_per_s": self.new_tokens / self.total_s if self.total_s > 0 else 0.0,
-            "decode_tokens_per_s": (self.new_tokens - 1) / decode_s if decode_s > 0 and self.new_tokens > 1 else 0.0,
-            "ttft_s": self.ttft_s,
-            "prefill_s": self.prefill_s,
-            "draft_s": self.draft_s,
-            "verify_s": self.verify_s,
-            "other_s": max(0.0, self.total_s - self.prefill_s - self.draft_s - self.verify_s),
-            "total_s": self.total_s,
-            "finish_reason": self.finish_reason,
-            "steps": [[round(s.end_s, 6), s.drafted, s.accepted, s.emitted] for s in self.steps],
-        }
+    def __post_init__(self) -> None:
+        if self.max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
+        if self.k_max < 1:
+            raise ValueError(f"k_max must be >= 1, got {self.k_max}")
 
 
 @dataclass
-class GenerationOutput:
-    text: str
-    token_ids: list[int]
-    stats: dict
-    prompt_token_ids: list[int]
-    finish_reason: str
+class _Plan:
+    source: str | None  # k="auto": the source that drafts this pass
+    k: int
 
 
 class SpeculativeGenerator:
-    """Exact speculative decoding over a target ModelRunner and a Proposer."""
+    """Exact speculative decoding over a target Runner and Proposers, for any number of requests."""
 
-    def __init__(
-        self,
-        target: ModelRunner,
-        tokenizer,
-        proposers: dict[str, Proposer],
-        default_proposer: str = "draft",
-        eos_token_ids: Sequence[int] = (),
-    ):
+    def __init__(self, target: Runner, tokenizer, proposers: dict[str, Proposer], default_proposer: str = "draft",
+                 eos_token_ids: Sequence[int] = (), config: EngineConfig | None = None):
         if default_proposer not in proposers:
             raise ValueError(f"default proposer '{default_proposer}' is not among {sorted(proposers)}")
         self.target = target
@@ -146,14 +83,39 @@ class SpeculativeGenerator:
         self.proposers = dict(proposers)
         self.default_proposer = default_proposer
         self.eos_token_ids = frozenset(int(t) for t in eos_token_ids)
+        self.config = config or EngineConfig()
         self.info: dict = {}  # where the models came from and their dtypes, for reports
-        self.auto_k_max = 8  # the largest k that k="auto" may reach
-        self.auto_min_confidence = 0.4  # k="auto" drafts no further where the draft's top probability is below this
-        self.auto_cost_cap = True  # k="auto" keeps k where it pays at the measured costs (adaptive.py)
         # Learnt from every pass of every request, so a new request starts from what this machine
-        # and these models really cost, and from how well each proposer has been doing lately.
+        # and these models really cost, and from how well each source has been doing lately.
         self.pass_costs = PassCosts()
         self.pooled_acceptance: dict[str, AcceptanceTracker] = {}
+        self.policy = LoadPolicy(self.pass_costs, enabled=self.config.load_policy)
+        self.verifier = TokenVerifier(self.config.reject)
+        self.rows: list[Request] = []  # in the target runner's row order
+        self.waiting: deque[Request] = deque()
+        self._lock = threading.Lock()
+        self.counters = {"steps": 0, "speculation_off_steps": 0, "admitted": 0, "finished": 0, "aborted": 0}
+
+    @classmethod
+    def from_pretrained(cls, target: str = "default", draft: str | None = "default", proposer: str = "draft",
+                        dtype: str = "auto", **options) -> "SpeculativeGenerator":
+        """Load models by spec ('default', a directory, a .gguf file, a cached Hugging Face id).
+
+        `draft` is ignored unless the proposer needs a draft model. Every generator can also run
+        "ngram" and "none" per request. Options: draft_dtype, ngram_max, ngram_min, draft_context,
+        config (EngineConfig).
+        """
+        from .loading import load_generator
+
+        return load_generator(target=target, draft=draft, proposer=proposer, dtype=dtype, **options)
+
+    @classmethod
+    def from_models(cls, target_model, tokenizer, proposer: str = "draft", draft_model=None, draft_tokenizer=None,
+                    **options) -> "SpeculativeGenerator":
+        """Wrap already-loaded transformers models or runners (e.g. built from a config in a test)."""
+        from .loading import build_generator
+
+        return build_generator(target_model, tokenizer, proposer, draft_model, draft_tokenizer, **options)
 
     @property
     def proposer(self) -> Proposer:
@@ -165,217 +127,337 @@ class SpeculativeGenerator:
             raise RequestError(f"proposer '{name}' is not available here; loaded: {', '.join(sorted(self.proposers))}")
         return self.proposers[name]
 
-    @classmethod
-    def from_pretrained(
-        cls,
-        target: str = "default",
-        draft: str | None = "default",
-        proposer: str = "draft",
-        dtype: str = "auto",
-        **proposer_options,
-    ) -> "SpeculativeGenerator":
-        """Load models by spec ('default', a directory, a .gguf file, a cached Hugging Face id).
-
-        `draft` is ignored unless proposer == "draft". Every generator can also run "ngram" and
-        "none" per request.
-        """
-        from .loading import load_generator
-
-        return load_generator(target=target, draft=draft, proposer=proposer, dtype=dtype, **proposer_options)
-
-    @classmethod
-    def from_models(cls, target_model, tokenizer, proposer: str = "draft", draft_model=None, draft_tokenizer=None,
-                    **proposer_options) -> "SpeculativeGenerator":
-        """Wrap already-loaded transformers models (e.g. built from a config in a test)."""
-        from .loading import build_generator
-
-        return build_generator(target_model, tokenizer, proposer, draft_model, draft_tokenizer, **proposer_options)
-
-    # -- prompt handling -------------------------------------------------------------------------
-
     def encode(self, prompt: Prompt, chat: bool = True) -> list[int]:
-        if isinstance(prompt, str):
-            if not prompt.strip():
-                raise RequestError("the prompt is empty: give some text or a list of token ids")
-            if chat:
-                return self._chat_ids([{"role": "user", "content": prompt}])
-            return list(self.tokenizer(prompt, add_special_tokens=True)["input_ids"])
-        items = list(prompt)
-        if not items:
-            raise RequestError("the prompt is empty: give some text or a list of token ids")
-        if all(isinstance(m, dict) for m in items):
-            return self._chat_ids(items)
-        if not all(isinstance(t, int) and not isinstance(t, bool) for t in items):
-            raise RequestError("a prompt must be a string, a list of token ids, or a list of chat messages")
-        bad = [t for t in items if not 0 <= t < self.target.vocab_size]
-        if bad:
-            raise RequestError(f"prompt token id {bad[0]} is outside the vocabulary [0, {self.target.vocab_size})")
-        return list(items)
+        return encode(self.tokenizer, prompt, self.target.vocab_size, chat)
 
-    def _chat_ids(self, messages: list[dict]) -> list[int]:
-        return chat_ids(self.tokenizer, messages)
+    @contextlib.contextmanager
+    def configured(self, **changes):
+        """Run with some EngineConfig fields changed, e.g. configured(cost_rule=False)."""
+        saved = self.config
+        self._set_config(dataclasses.replace(saved, **changes))
+        try:
+            yield self
+        finally:
+            self._set_config(saved)
 
-    # -- the loop --------------------------------------------------------------------------------
+    def _set_config(self, config: EngineConfig) -> None:
+        self.config = config
+        self.policy.enabled = config.load_policy
+        self.verifier = TokenVerifier(config.reject)
 
-    @torch.inference_mode()
-    def generate(
-        self,
-        prompt: Prompt,
-        params: SamplingParams | None = None,
-        k: int | str = 4,
-        chat: bool = True,
-        on_token: OnToken | None = None,
-        proposer: str | None = None,
-    ) -> GenerationOutput:
+    # -- one request, start to end ---------------------------------------------------------------
+
+    def generate(self, prompt: Prompt, params: SamplingParams | None = None, k: int | str = 4, chat: bool = True,
+                 on_token: OnToken | None = None, proposer: str | None = None) -> GenerationOutput:
         """Generate a continuation of `prompt` (text, token ids, or chat messages).
 
         k is the number of tokens drafted per target pass, or "auto" to adapt it per request (see
-        adaptive.py); `proposer` overrides the default one for this request. on_token(token_id, text_delta) is called for every emitted token.
+        adaptive.py); `proposer` overrides the default one for this request; on_token(token_id,
+        text_delta) is called for every emitted token.
         """
-        params = params or SamplingParams()
-        drafter = self.get_proposer(proposer)
-        name = proposer or self.default_proposer
-        check_k(k)
-        # Under k="auto" a pass drafts from one of the proposer's sources (the hybrid's lookup or
-        # draft model, the lookup's match lengths); a plain proposer is its own source.
-        sources = getattr(drafter, "sources", {name: drafter})
-        auto = self.new_auto(sources) if k == "auto" else None
-        costs = self.pass_costs if self.auto_cost_cap else None
-        prompt_ids = self.encode(prompt, chat)
+        req = Request(self.encode(prompt, chat), params or SamplingParams(), k=k, proposer=proposer,
+                      on_token=on_token)
+        self.submit(req)
+        while not req.done:
+            self.step()
+        if req.exception is not None:
+            raise req.exception
+        return GenerationOutput(text=req.text, token_ids=req.generated, stats=req.stats.as_dict(),
+                                prompt_token_ids=req.prompt_ids, finish_reason=req.finish_reason)
+
+    # -- requests in and out (any thread) --------------------------------------------------------
+
+    def check(self, req: Request) -> None:
+        """Raise RequestError/InvalidParameter for a request that can never run."""
+        self.get_proposer(req.proposer)
+        check_k(req.k)
+        if not req.prompt_ids:
+            raise RequestError("the prompt is empty")
         limit = self.target.max_context
-        if len(prompt_ids) + 1 > limit:
-            raise RequestError(
-                f"the prompt has {len(prompt_ids)} tokens but the target's context is {limit}: shorten the prompt"
-            )
-        generator = params.make_generator()
-        stats = GenerationStats(prompt_tokens=len(prompt_ids))
-        text = TextStream(self.tokenizer, params.stop, on_token)
-        stop_ids = set(params.stop_token_ids) | (set() if params.ignore_eos else set(self.eos_token_ids))
+        if len(req.prompt_ids) + 1 > limit:
+            raise RequestError(f"the prompt has {len(req.prompt_ids)} tokens but the target's context is {limit}: "
+                               "shorten the prompt")
 
-        start = time.perf_counter()
-        self.target.reset()
-        drafter.start(prompt_ids)  # a draft model prefills here too: part of prefill_s
-        # Prefill all but the last prompt token: the loop feeds that one with the first drafts, so
-        # every emitted token, the first included, goes through the same rejection step.
-        if len(prompt_ids) > 1:
-            self.target.forward(prompt_ids[:-1])
-        stats.prefill_s = time.perf_counter() - start
-        context = list(prompt_ids)
-        generated: list[int] = []
-        done = False
-        while not done:
-            # After this step the sequence may hold len(context) + k + 1 tokens.
-            room = limit - len(context) - 1
-            if room < 0:
-                stats.finish_reason = "length"
-                break
-            t0 = time.perf_counter()
-            if auto:
-                reach = self.auto_k_max
-                available = drafter.available(context, reach) if hasattr(drafter, "available") else {name: reach}
-                source, wanted = auto.choose(costs, available)
-                step_k = min(wanted, params.max_new_tokens - len(generated) - 1, room)
-                proposal = sources[source].propose(context, step_k, params, generator,
-                                                   min_confidence=auto.min_confidence)
+    def submit(self, req: Request) -> None:
+        """Queue a request; raises QueueFull when more requests wait than max_waiting allows."""
+        self.check(req)
+        with self._lock:
+            if len(self.waiting) >= self.config.max_waiting:
+                raise QueueFull(f"{len(self.waiting)} requests are already waiting (limit "
+                                f"{self.config.max_waiting}); retry later")
+            req.submitted_at = time.perf_counter()
+            self.waiting.append(req)
+
+    def cancel(self, req: Request) -> None:
+        """Stop a request (e.g. its client went away); its slot is freed before the next step."""
+        req.cancelled = True
+
+    @property
+    def running(self) -> int:
+        return len(self.rows)
+
+    @property
+    def queued(self) -> int:
+        return len(self.waiting)
+
+    def idle(self) -> bool:
+        return not self.rows and not self.waiting
+
+    def run_until_idle(self) -> None:
+        while not self.idle():
+            self.step()
+
+    # -- the step (one thread) -------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def step(self) -> None:
+        self._leave([r for r in self.rows if r.cancelled], "abort")
+        self._admit()
+        if not self.rows:
+            return
+        try:
+            self._decode()
+        except Exception as exc:
+            # The requests in the batch get the message; the operator gets the traceback.
+            log.exception("step failed; ending the %d running requests", len(self.rows))
+            self.fail_running(exc)
+
+    def _decode(self) -> None:
+        rows = self.rows
+        t0 = time.perf_counter()
+        plans = self._plan(rows)
+        proposals = self._propose(rows, plans)
+        t1 = time.perf_counter()
+        logits = self.target.forward([[r.context[-1]] + p.tokens for r, p in zip(rows, proposals)])
+        verdicts = [self.verifier(logits[b], proposals[b], r.params, r.generator) for b, r in enumerate(rows)]
+        self.target.rollback([len(p.tokens) - v.accepted for p, v in zip(proposals, verdicts)])
+        t2 = time.perf_counter()
+        self._learn(rows, plans, proposals, verdicts, t1 - t0, t2 - t1)
+        finished = [r for r, p, v in zip(rows, proposals, verdicts) if self._commit(r, p, v, t1 - t0, t2 - t1)]
+        self._leave(finished, None)
+
+    # -- pieces of the step ----------------------------------------------------------------------
+
+    def _admit(self) -> None:
+        """Waiting requests join while there is room; requests with the same prompt are prefilled
+        once (n samples of one prompt, `verify`)."""
+        joining: list[Request] = []
+        while len(self.rows) + len(joining) < self.config.max_batch:
+            with self._lock:
+                if not self.waiting:
+                    break
+                req = self.waiting.popleft()
+            if req.cancelled:
+                self._finish_unstarted(req, "abort")
             else:
-                step_k = min(k, params.max_new_tokens - len(generated) - 1, room)
-                proposal = drafter.propose(context, step_k, params, generator)
-            drafts = proposal.tokens[:step_k]
-            source = (proposal.source or (source if auto else name)) if drafts else "none"
-            q = None if proposal.probs is None else proposal.probs[: len(drafts)].unsqueeze(0)
-            t1 = time.perf_counter()
+                joining.append(req)
+        groups: dict[tuple[int, ...], list[Request]] = {}
+        for req in joining:
+            groups.setdefault(tuple(req.prompt_ids), []).append(req)
+        for group in groups.values():
+            try:
+                self._join(group)
+            except Exception as exc:  # one bad request must not take the batch down
+                log.warning("request %s failed at admission: %s: %s", group[0].id, type(exc).__name__, exc)
+                for req in group:
+                    req.error, req.exception = f"{type(exc).__name__}: {exc}", exc
+                    self._finish_unstarted(req, "error")
 
-            # Verify: the last emitted token and all drafts at their positions, in one target pass.
-            logits = self.target.forward([context[-1]] + drafts, all_logits=True)
-            emitted_tokens, accepted, chances = verify_drafts(logits, drafts, q, params, generator)
-            # Commit: the cache keeps the context and the accepted drafts; the last emitted token is
-            # fed with the next pass, so everything after is dropped.
-            self.target.truncate(len(context) + accepted)
-            t2 = time.perf_counter()
+    def _join(self, group: list[Request]) -> None:
+        start = time.perf_counter()
+        prompt = group[0].prompt_ids
+        for req in group:
+            proposer = self.get_proposer(req.proposer)
+            req.proposer = req.proposer or self.default_proposer
+            req.start(self.tokenizer, self.eos_token_ids, self.pooled(proposer.sources[0]).conditional)
+            if req.k == "auto":
+                req.auto = SourceChoice({source: AdaptiveK(
+                    k_max=self.config.k_max, min_confidence=self.config.min_confidence,
+                    acceptance=AcceptanceTracker(prior=self.pooled(source).conditional)) for source in proposer.sources})
+        # Everything but the last prompt token is prefilled: the first pass feeds that one with the
+        # first drafts, so every emitted token, the first included, goes through the same rejection step.
+        self.target.add_rows(prompt[:-1], len(group))
+        by_proposer: dict[str, list[Request]] = {}
+        for req in group:
+            by_proposer.setdefault(req.proposer, []).append(req)
+        try:
+            for name, members in by_proposer.items():
+                if any(r.k != 0 for r in members):
+                    self.proposers[name].join(members)
+        except Exception:
+            self.target.remove_rows(list(range(len(self.rows), len(self.rows) + len(group))))
+            for name, members in by_proposer.items():
+                self.proposers[name].leave(members)
+            raise
+        self.rows.extend(group)
+        for req in group:
+            req.stats.prefill_s = time.perf_counter() - start
+        self.counters["admitted"] += len(group)
 
-            stats.record_pass(len(drafts), accepted, t1 - t0, t2 - t1, chances, source)
+    def _plan(self, rows: list[Request]) -> list[_Plan]:
+        """Each row's (source, k), then the load cap over the batch (the identity at one row)."""
+        limit = self.target.max_context
+        costs = self.pass_costs if self.config.cost_rule else None
+        plans, wants = [], []
+        for r in rows:
+            proposer = self.proposers[r.proposer]
+            room = r.room(limit)
+            if r.auto is not None:
+                source, k = r.auto.choose(costs, proposer.reach(r, self.config.k_max))
+                acceptance = r.auto.rules[source].acceptance
+            else:
+                source, k = None, r.k
+                if len(rows) > 1:  # what the row can really draft now (a lookup may find nothing)
+                    k = min(k, max(proposer.reach(r, k).values(), default=0))
+                acceptance = r.acceptance
+            plans.append(_Plan(source, min(k, room)))
+            wants.append(RowPlan(plans[-1].k, acceptance, proposer.uses_draft_model))
+        cap = self.policy.cap(wants)
+        self.counters["steps"] += 1
+        self.counters["speculation_off_steps"] += int(cap == 0 and any(w.wanted for w in wants))
+        for plan in plans:
+            plan.k = min(plan.k, cap)
+        return plans
+
+    def _propose(self, rows: list[Request], plans: list[_Plan]) -> list[Proposal]:
+        out: list[Proposal | None] = [None] * len(rows)
+        groups: dict[str, list[int]] = {}
+        for b, r in enumerate(rows):
+            groups.setdefault(r.proposer, []).append(b)
+        for name, idx in groups.items():
+            proposals = self.proposers[name].propose(
+                [rows[b] for b in idx], [plans[b].k for b in idx], [plans[b].source for b in idx],
+                [rows[b].auto.min_confidence if rows[b].auto is not None else 0.0 for b in idx])
+            for b, proposal in zip(idx, proposals):
+                k = plans[b].k
+                tokens = proposal.tokens[:k]
+                probs = None if proposal.probs is None else proposal.probs[: len(tokens)]
+                source = (proposal.source or plans[b].source or rows[b].proposer) if tokens else "none"
+                out[b] = Proposal(tokens, probs, source, proposal.fed)
+        return out
+
+    def _learn(self, rows, plans, proposals, verdicts, draft_s: float, verify_s: float) -> None:
+        """Book what this pass cost and what each row's drafts were worth (costs.py)."""
+        costs = self.pass_costs
+        if len(rows) == 1:
+            p = proposals[0]
             # A pass that first caught the draft model up on many tokens says little of what a
             # drafted token costs: only its verify time is kept.
-            self.pass_costs.observe(source, 0 if proposal.caught_up else len(drafts), t1 - t0, 1 + len(drafts), t2 - t1)
-            self.pooled(source).update(len(drafts), accepted, chances)
-            if auto and drafts:
-                auto.update(source, len(drafts), accepted, chances)
+            costs.observe(p.source, 0 if p.caught_up else len(p.tokens), draft_s, 1 + len(p.tokens), verify_s)
+        else:
+            costs.observe_batch(len(rows), 1 + max(len(p.tokens) for p in proposals), verify_s)
+        model_rows = [p for p in proposals if p.source == "draft"]
+        if model_rows and not any(p.caught_up for p in model_rows):
+            costs.draft.observe(len(model_rows), draft_s / max(len(p.tokens) for p in model_rows))
+        for r, plan, p, v in zip(rows, plans, proposals, verdicts):
+            drafted = len(p.tokens)
+            self.pooled(p.source).update(drafted, v.accepted, v.chances)
+            r.acceptance.update(drafted, v.accepted, v.chances)
+            if r.auto is not None and drafted:
+                r.auto.update(p.source if p.source in r.auto.rules else plan.source, drafted, v.accepted, v.chances)
 
-            emitted = 0
-            for token in emitted_tokens:
-                context.append(token)
-                emitted += 1
-                done = self._emit(token, generated, text, stop_ids, params, stats)
-                if done:
-                    break
-            stats.steps.append(StepRecord(time.perf_counter() - start, len(drafts), accepted, emitted))
-            if stats.target_passes == 1:
-                stats.ttft_s = stats.steps[-1].end_s
+    def _commit(self, r: Request, proposal: Proposal, verdict: Verdict, draft_s: float, verify_s: float) -> bool:
+        """Book one verified pass for a row and emit its tokens; True when the request is finished."""
+        stats = r.stats
+        stats.record_pass(len(proposal.tokens), verdict.accepted, draft_s, verify_s, verdict.chances,
+                          proposal.source)
+        emitted, done = [], False
+        for token in verdict.tokens:
+            emitted.append(token)
+            if r.emit(token, self.target.max_context):
+                done = True
+                break
+        now = time.perf_counter() - r.submitted_at
+        stats.steps.append(StepRecord(now, len(proposal.tokens), verdict.accepted, len(emitted)))
+        if stats.target_passes == 1:
+            stats.ttft_s = now
+        if done:
+            r.finish()
+        delta = "".join(r.pending)
+        r.pending.clear()
+        self._notify(r, emitted, delta)
+        return done
 
-        stats.total_s = time.perf_counter() - start
-        stats.new_tokens = len(generated)
-        final_text = text.finish()
-        return GenerationOutput(
-            text=final_text,
-            token_ids=generated,
-            stats=stats.as_dict(),
-            prompt_token_ids=prompt_ids,
-            finish_reason=stats.finish_reason,
-        )
+    def _leave(self, rows: list[Request], reason: str | None) -> None:
+        """Rows leave the batch: finished by their own stop rule (reason None) or aborted."""
+        if not rows:
+            return
+        gone = {id(r) for r in rows}
+        self.target.remove_rows([b for b, r in enumerate(self.rows) if id(r) in gone])
+        self.rows = [r for r in self.rows if id(r) not in gone]
+        for r in rows:
+            self.proposers[r.proposer].leave([r])
+            if reason is not None:
+                r.finish(reason)
+                self.counters["aborted"] += 1
+                self._notify(r, [], "")
+            else:
+                self.counters["finished"] += 1
 
-    def pooled(self, proposer: str) -> AcceptanceTracker:
-        """A proposer's acceptance over all recent requests (the prior of a new request's own)."""
-        return self.pooled_acceptance.setdefault(proposer, AcceptanceTracker(decay=0.98))
-
-    def new_auto(self, sources: dict[str, Proposer]) -> SourceChoice:
-        return SourceChoice({
-            source: AdaptiveK(k_max=self.auto_k_max, min_confidence=self.auto_min_confidence,
-                              acceptance=AcceptanceTracker(prior=self.pooled(source).conditional))
-            for source in sources})
+    def _finish_unstarted(self, req: Request, reason: str) -> None:
+        req.finish(reason)
+        self.counters["aborted" if reason == "abort" else "finished"] += 1
+        self._notify(req, [], "")
 
     @staticmethod
-    def _emit(token: int, generated: list[int], text: "TextStream", stop_ids: set[int], params: SamplingParams,
-              stats: GenerationStats) -> bool:
-        """Append one token; True when the request is finished."""
-        generated.append(token)
-        if token in stop_ids:
-            text.push(token, final=True)
-            stats.finish_reason = "stop"
-            return True
-        if text.push(token):
-            stats.finish_reason = "stop"
-            return True
-        if len(generated) >= params.max_new_tokens:
-            stats.finish_reason = "length"
-            return True
-        return False
+    def _notify(req: Request, tokens: list[int], text: str) -> None:
+        if req.on_step is not None:
+            try:
+                req.on_step(req, tokens, text)
+            except Exception:  # a broken consumer loses its own stream, not the batch
+                req.cancelled = True
+
+    def fail_running(self, exc: BaseException) -> None:
+        """A batched pass failed (a bug or out of memory): end the requests in it with an error and
+        start from empty caches, so that the server and the queued requests carry on."""
+        rows, self.rows = self.rows, []
+        error = f"{type(exc).__name__}: {exc}"
+        try:
+            self.target.remove_rows(list(range(self.target.rows)))
+        except Exception:
+            log.exception("could not empty the target's cache after a failed step")
+        for proposer in self.proposers.values():
+            proposer.clear()
+        for r in rows:
+            r.error, r.exception = error, exc
+            r.finish("error")
+            self.counters["finished"] += 1
+            self._notify(r, [], "")
+
+    # -- learnt state ----------------------------------------------------------------------------
+
+    def pooled(self, source: str) -> AcceptanceTracker:
+        """A source's acceptance over all recent requests (the prior of a new request's own)."""
+        return self.pooled_acceptance.setdefault(source, AcceptanceTracker(decay=0.98))
+
+    @torch.inference_mode()
+    def calibrate(self, widths: tuple[int, ...] = (1, 2, 4, 8, 16, 32)) -> None:
+        """Time a few target passes of growing width on a scratch row, and draft steps over growing
+        numbers of rows, to start the cost curves before real passes refine them. Call it while idle."""
+        if not self.idle():
+            raise RuntimeError("calibrate() needs an idle engine")
+        scratch = list(range(1, 17))
+        self.target.add_rows(scratch)
+        self.target.forward([[1]])  # warm-up, not booked
+        self.target.rollback([1])
+        for w in widths:
+            t = time.perf_counter()
+            self.target.forward([list(range(1, w + 1))])
+            self.pass_costs.verify.observe(w, time.perf_counter() - t)
+            self.target.rollback([w])
+        self.target.remove_rows([0])
+        drafter = self.proposers.get("draft")
+        if drafter is None:
+            return
+        runner = drafter.runner
+        for rows in widths[:4]:
+            runner.add_rows(scratch, rows)
+            t = time.perf_counter()
+            runner.forward([[1]] * rows, last_only=True)
+            self.pass_costs.draft.observe(rows, time.perf_counter() - t)
+            runner.remove_rows(list(range(runner.rows - rows, runner.rows)))
 
 
 def check_k(k) -> None:
     if k != "auto" and (not isinstance(k, int) or isinstance(k, bool) or k < 0):
         raise InvalidParameter(f"k must be an integer >= 0 (tokens drafted per step) or 'auto', got {k!r}")
-
-
-def verify_drafts(logits: torch.Tensor, drafts: list[int], q: torch.Tensor | None, params: SamplingParams,
-                  generator: torch.Generator | None) -> tuple[list[int], int, list[float]]:
-    """One sequence's rejection step: target logits [1 + len(drafts), V] for the last emitted token
-    and each draft, q [1, len(drafts), V] or None. Returns (tokens to emit, drafts accepted, and
-    each draft's chance of acceptance min(1, p/q), which `tune` uses: see GenerationStats)."""
-    p = probs_from_logits(logits[: len(drafts) + 1], params).unsqueeze(0)
-    draft_ids = torch.tensor([drafts], dtype=torch.long)
-    tokens, num_accepted = rejection_sample(draft_ids, q, p, generator)
-    accepted = int(num_accepted[0])
-    chances = []
-    if drafts:
-        p_x = p[0, : len(drafts)].gather(-1, draft_ids[0].unsqueeze(-1)).squeeze(-1)
-        q_x = torch.ones_like(p_x) if q is None else q[0].gather(-1, draft_ids[0].unsqueeze(-1)).squeeze(-1)
-        chances = torch.where(q_x > 0, (p_x / q_x.clamp(min=1e-30)).clamp(max=1.0), torch.ones_like(p_x)).tolist()
-    return tokens[0, : accepted + 1].tolist(), accepted, chances
-
-
-def chat_ids(tokenizer, messages: list[dict]) -> list[int]:
-    """Token ids of a conversation under the model's chat template, ready for the assistant's turn."""
-    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
-        raise RequestError("this target model has no chat template: pass chat=False (CLI: --no-chat)")
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)

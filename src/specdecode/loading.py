@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from .backends.hf import HFRunner, load_model, logit_width, parse_dtype, world_size
-from .engine import SpeculativeGenerator
+from .backends.hf import load_model, logit_width, parse_dtype, world_size
+from .backends.hf_batch import BatchRunner
+from .backends.serial import SerialRunner
+from .engine import EngineConfig, SpeculativeGenerator
 from .models import ModelError, check_vocab_compatible, resolve, split_backend
 from .proposers import PROPOSERS, DraftModelProposer, HybridProposer, NgramProposer, NoProposer
 
@@ -17,47 +19,54 @@ def load_generator(
     ngram_max: int = 3,
     ngram_min: int = 1,
     draft_context: int | None = None,
+    config: EngineConfig | None = None,
 ) -> SpeculativeGenerator:
     """draft_dtype defaults to dtype; int8 drafts are cheap and cost nothing in exactness.
     draft_context: the draft model sees only the last N prompt tokens (see DraftModelProposer)."""
     _check_proposer(proposer)
+    config = config or EngineConfig()
     target_model, tokenizer, draft_model, draft_tokenizer = load_models(
-        target, draft if proposer in ("draft", "hybrid") else None, dtype, draft_dtype
+        target, draft if proposer in ("draft", "hybrid") else None, dtype, draft_dtype, max_rows=config.max_batch
     )
     gen = build_generator(
         target_model, tokenizer, proposer, draft_model, draft_tokenizer, ngram_max=ngram_max, ngram_min=ngram_min,
-        draft_context=draft_context,
+        draft_context=draft_context, config=config,
     )
     gen.info.update(target=target, draft=draft if draft_model is not None else None, dtype=parse_dtype(dtype),
                     draft_dtype=parse_dtype(draft_dtype or dtype) if draft_model is not None else None)
     return gen
 
 
-def load_models(target: str, draft: str | None, dtype: str = "auto", draft_dtype: str | None = None):
-    """(target model, tokenizer, draft model or None, draft tokenizer or None), vocabularies checked."""
+def load_models(target: str, draft: str | None, dtype: str = "auto", draft_dtype: str | None = None,
+                max_rows: int = 8):
+    """(target model, tokenizer, draft model or None, draft tokenizer or None), vocabularies checked;
+    llama.cpp models come as runners with room for max_rows rows (and a scratch row)."""
     dtype = parse_dtype(dtype)
     draft_dtype = parse_dtype(draft_dtype or dtype)
-    target_model, tokenizer = _load(target, "target", dtype)
+    target_model, tokenizer = _load(target, "target", dtype, max_rows)
     if not draft:
         return target_model, tokenizer, None, None
-    return (target_model, tokenizer, *load_draft(draft, draft_dtype, target_model, tokenizer))
+    return (target_model, tokenizer, *load_draft(draft, draft_dtype, target_model, tokenizer, max_rows))
 
 
-def load_draft(spec: str, dtype: str, target_model, tokenizer):
+def load_draft(spec: str, dtype: str, target_model, tokenizer, max_rows: int = 8):
     """(draft model or runner, its tokenizer), checked against the target's vocabulary."""
-    draft_model, draft_tokenizer = _load(spec, "draft", parse_dtype(dtype))
+    draft_model, draft_tokenizer = _load(spec, "draft", parse_dtype(dtype), max_rows)
     check_vocab_compatible(tokenizer, draft_tokenizer, vocab_width(target_model), vocab_width(draft_model))
     return draft_model, draft_tokenizer
 
 
 def is_runner(model) -> bool:
-    """A ModelRunner (every runner names its backend), not a bare transformers model."""
+    """A runner (every runner names its backend), not a bare transformers model."""
     return hasattr(model, "backend")
 
 
 def as_runner(model):
-    """A ModelRunner: transformers models are wrapped, runners of other backends pass through."""
-    return model if is_runner(model) else HFRunner(model)
+    """A batch Runner: transformers models get one cache for all rows, single-sequence runners run
+    their rows one after another, batch runners pass through."""
+    if not is_runner(model):
+        return BatchRunner(model)
+    return model if hasattr(model, "add_rows") else SerialRunner(model)
 
 
 def vocab_width(model) -> int:
@@ -73,7 +82,7 @@ def torch_model(model):
     """The transformers model behind a model or a torch runner (None for other backends)."""
     if not is_runner(model):
         return model
-    return model.model if model.backend.startswith("torch") else None
+    return getattr(model, "model", None) if model.backend.startswith("torch") else None
 
 
 def backend_of(spec: str) -> str:
@@ -98,6 +107,7 @@ def build_generator(
     ngram_max: int = 3,
     ngram_min: int = 1,
     draft_context: int | None = None,
+    config: EngineConfig | None = None,
 ) -> SpeculativeGenerator:
     """The generator over loaded models. Every generator can also run `ngram` and `none` per
     request; `draft` and `hybrid` (lookup first, else the draft) when a draft model is given."""
@@ -112,7 +122,8 @@ def build_generator(
     elif proposer in ("draft", "hybrid"):
         raise ModelError(f"the {proposer} proposer needs a draft model")
     return SpeculativeGenerator(runner, tokenizer, proposers, default_proposer=proposer,
-                                eos_token_ids=eos_ids(torch_model(target_model) or target_model, tokenizer))
+                                eos_token_ids=eos_ids(torch_model(target_model) or target_model, tokenizer),
+                                config=config)
 
 
 def eos_ids(model, tokenizer) -> list[int]:
@@ -126,7 +137,7 @@ def eos_ids(model, tokenizer) -> list[int]:
     return sorted(ids)
 
 
-def _load_llamacpp(spec: str, role: str):
+def _load_llamacpp(spec: str, role: str, max_rows: int):
     """llamacpp:MODEL[@QUANT]: the GGUF as it is (or requantised once by llama.cpp), with the
     tokenizer of its converted checkpoint."""
     from transformers import AutoTokenizer
@@ -139,7 +150,9 @@ def _load_llamacpp(spec: str, role: str):
         raise ModelError(f"the llama.cpp backend loads GGUF files, and the {role} '{spec}' is not one: "
                          "give a .gguf file or a bundled model name")
     gguf = requantized(resolved.gguf, quant) if quant else resolved.gguf
-    return LlamaCppRunner.load(gguf), AutoTokenizer.from_pretrained(str(resolved.path))
+    # One more row than the batch: calibration times a scratch row beside nothing else, and a
+    # rejoining draft row is re-added before it is removed.
+    return LlamaCppRunner.load(gguf, max_rows=max_rows + 1), AutoTokenizer.from_pretrained(str(resolved.path))
 
 
 def _check_proposer(name: str) -> None:
@@ -147,11 +160,11 @@ def _check_proposer(name: str) -> None:
         raise ModelError(f"unknown proposer '{name}': choose one of {', '.join(PROPOSERS)}")
 
 
-def _load(spec: str, role: str, dtype: str):
-    """(transformers model or llama.cpp runner, tokenizer)."""
+def _load(spec: str, role: str, dtype: str, max_rows: int = 8):
+    """(transformers model or runner, tokenizer)."""
     backend = backend_of(spec)
     if backend == "llamacpp":
-        return _load_llamacpp(spec, role)
+        return _load_llamacpp(spec, role, max_rows)
     resolved = resolve(spec, role)
     try:
         # Under torchrun the target is sharded; the (small) draft is replicated on every rank.

@@ -85,40 +85,47 @@ def sync(runner) -> None:
 
 @torch.inference_mode()
 def time_widths(runner, prompt_ids: list[int], widths: list[int], repeats: int = 5) -> dict[int, float]:
-    """Median seconds of one pass scoring `width` tokens (logits for each) after prompt_ids[:-1].
+    """Median seconds of one pass scoring `width` tokens (logits for each) after prompt_ids[:-1], on
+    a scratch row of an idle runner.
 
     Widths are timed in rounds (ascending, then descending, ...), not one width after the other:
-    this machine's speed drifts by tens of percent within minutes, and timing the widths in
+    a shared machine's speed drifts by tens of percent within minutes, and timing the widths in
     sequence would read that drift as a slope.
     """
-    runner.reset()
-    runner.forward(prompt_ids[:-1])
-    base = runner.length
+    runner.add_rows(prompt_ids[:-1])
+    row = runner.rows - 1
     times: dict[int, list[float]] = {w: [] for w in widths}
-    for r in range(repeats):
-        for width in widths if r % 2 == 0 else widths[::-1]:
-            sync(runner)
-            t0 = time.perf_counter()
-            runner.forward(prompt_ids[-1:] + [prompt_ids[-1]] * (width - 1), all_logits=True)
-            sync(runner)
-            times[width].append(time.perf_counter() - t0)
-            runner.truncate(base)
+    try:
+        for r in range(repeats):
+            for width in widths if r % 2 == 0 else widths[::-1]:
+                sync(runner)
+                t0 = time.perf_counter()
+                runner.forward([prompt_ids[-1:] + [prompt_ids[-1]] * (width - 1)])
+                sync(runner)
+                times[width].append(time.perf_counter() - t0)
+                runner.rollback([width])
+    finally:
+        runner.remove_rows([row])
     return {w: statistics.median(t) for w, t in times.items()}
 
 
 @torch.inference_mode()
 def time_step(runner, prompt_ids: list[int], steps: int = 10, warmup: int = 0) -> float:
-    """Median seconds of a one-token pass (a draft step, or plain decoding) after the prompt; the
-    first `warmup` steps are not counted (a compiled step traces on its first call)."""
-    runner.reset()
-    runner.forward(prompt_ids)
+    """Median seconds of a one-token pass (a draft step, or plain decoding) after the prompt, on a
+    scratch row of an idle runner; the first `warmup` steps are not counted (a compiled step traces
+    on its first call)."""
+    runner.add_rows(prompt_ids)
+    row = runner.rows - 1
     times = []
-    for i in range(warmup + steps):
-        sync(runner)
-        t0 = time.perf_counter()
-        runner.forward([prompt_ids[-1 - (i % 4)]])
-        sync(runner)
-        times.append(time.perf_counter() - t0)
+    try:
+        for i in range(warmup + steps):
+            sync(runner)
+            t0 = time.perf_counter()
+            runner.forward([[prompt_ids[-1 - (i % 4)]]], last_only=True)
+            sync(runner)
+            times.append(time.perf_counter() - t0)
+    finally:
+        runner.remove_rows([row])
     return statistics.median(times[warmup:])
 
 

@@ -1,5 +1,5 @@
-"""Model runners: a causal LM with a KV cache that can append tokens and roll back by position."""
+"""Model runners: many sequences of a causal LM, each appending tokens and rolling back by position."""
 
-from .base import ModelRunner
+from .base import Runner, SequenceRunner
 
-__all__ = ["ModelRunner"]
+__all__ = ["Runner", "SequenceRunner"]

@@ -1,4 +1,5 @@
-"""transformers backend: a causal LM with a DynamicCache that is cropped on rejection."""
+"""transformers models: loading (dtypes, int8, tensor parallel) and their shapes. The runner over
+them is hf_batch.BatchRunner."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import warnings
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.utils import logging as hf_logging
 
 DTYPES = {
@@ -123,51 +124,3 @@ def logit_width(model: PreTrainedModel) -> int:
 
 def context_length(model: PreTrainedModel) -> int:
     return int(getattr(model.config, "max_position_embeddings", 1 << 30))
-
-
-class HFRunner:
-    """ModelRunner over a transformers model, batch size 1.
-
-    The KV cache is transformers' DynamicCache; rollback is `crop` with a negative count (the
-    transformers 5 API), which slices views and copies nothing.
-    """
-
-    backend = "torch"
-
-    def __init__(self, model: PreTrainedModel):
-        self.model = model
-        self.device = next(model.parameters()).device
-        self.vocab_size = logit_width(model)
-        self.max_context = context_length(model)
-        self.cache = DynamicCache(config=model.config)
-        self._length = 0
-
-    @property
-    def length(self) -> int:
-        return self._length
-
-    def reset(self) -> None:
-        self.cache = DynamicCache(config=self.model.config)
-        self._length = 0
-
-    @torch.inference_mode()
-    def forward(self, tokens: list[int], all_logits: bool = False) -> torch.Tensor:
-        if not tokens:
-            raise ValueError("forward needs at least one token")
-        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
-        out = self.model(
-            input_ids=ids,
-            past_key_values=self.cache,
-            use_cache=True,
-            logits_to_keep=0 if all_logits else 1,
-        )
-        self._length += len(tokens)
-        return out.logits[0].float()
-
-    def truncate(self, length: int) -> None:
-        drop = self._length - length
-        if drop < 0:
-            raise ValueError(f"cannot truncate a cache of {self._length} tokens to {length}")
-        if drop:
-            self.cache.crop(-drop)
-            self._length = length

@@ -15,6 +15,10 @@ from .hf import context_length, logit_width
 
 
 class BatchRunner:
+    """Runner over a transformers model (any dtype, int8 included): one DynamicCache for all rows."""
+
+    backend = "torch"
+
     def __init__(self, model: PreTrainedModel):
         self.model = model
         self.device = next(model.parameters()).device
@@ -23,37 +27,30 @@ class BatchRunner:
         self.cache = DynamicCache(config=model.config)
         self.valid = torch.zeros((0, 0), dtype=torch.bool)  # [B, cache columns]
         self.pos = torch.zeros(0, dtype=torch.long)  # [B] tokens per row = next position id
+        # Logits of the last fed position only, without the LM head over every position: the
+        # decoder's hidden states are gathered first. Models that post-process their logits (soft
+        # capping) go the plain way.
+        self._split_head = (hasattr(model, "get_decoder") and model.get_output_embeddings() is not None
+                            and getattr(model.config, "final_logit_softcapping", None) is None)
 
     @property
-    def batch_size(self) -> int:
+    def rows(self) -> int:
         return self.valid.shape[0]
 
-    @torch.inference_mode()
-    def start_shared(self, prefix: list[int], rows: int) -> None:
-        """All rows begin with the same prefix: prefill it once and repeat the cache."""
-        self.cache = DynamicCache(config=self.model.config)
-        self.valid = torch.ones((1, len(prefix)), dtype=torch.bool)
-        self.pos = torch.tensor([len(prefix)])
-        if prefix:
-            self.model(input_ids=torch.tensor([prefix], device=self.device), past_key_values=self.cache,
-                       use_cache=True, logits_to_keep=1)
-        if rows > 1:
-            self.cache.batch_repeat_interleave(rows)
-        self.valid = self.valid.repeat(rows, 1)
-        self.pos = self.pos.repeat(rows)
+
+    def length(self, row: int) -> int:
+        return int(self.pos[row])
 
     @torch.inference_mode()
-    def forward(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append each row's tokens (possibly none). Returns float32 logits [B, S, V] for the new
-        columns and the lengths [B]; positions past a row's length are padding."""
-        if len(rows) != self.batch_size:
-            raise ValueError(f"expected {self.batch_size} rows, got {len(rows)}")
-        lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
-        width = int(lengths.max()) if len(rows) else 0
+    def forward(self, feeds: list[list[int]], last_only: bool = False) -> list[torch.Tensor]:
+        if len(feeds) != self.rows:
+            raise ValueError(f"expected {self.rows} rows, got {len(feeds)}")
+        lengths = torch.tensor([len(r) for r in feeds], dtype=torch.long)
+        width = int(lengths.max()) if len(feeds) else 0
         if width == 0:
-            return torch.zeros((len(rows), 0, self.vocab_size)), lengths
-        ids = torch.zeros((len(rows), width), dtype=torch.long)
-        for b, r in enumerate(rows):
+            return [torch.zeros((0, self.vocab_size)) for _ in feeds]
+        ids = torch.zeros((len(feeds), width), dtype=torch.long)
+        for b, r in enumerate(feeds):
             ids[b, : len(r)] = torch.tensor(r, dtype=torch.long)
         new_valid = torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)
         position_ids = self.pos.unsqueeze(1) + torch.arange(width).unsqueeze(0)
@@ -62,16 +59,29 @@ class BatchRunner:
         # causality already hides the padding from them, and a padding query always has itself to
         # attend to (a row with no valid column at all would otherwise softmax over nothing -> NaN).
         seen = torch.cat([self.valid, torch.ones_like(new_valid)], dim=1)
-        out = self.model(
+        kwargs = dict(
             input_ids=ids.to(self.device),
-            attention_mask=seen.long().to(self.device),
+            # All columns valid (one row, nothing rolled back): no mask, the plain causal path.
+            attention_mask=None if bool(seen.all()) else seen.long().to(self.device),
             position_ids=position_ids.to(self.device),
             past_key_values=self.cache,
             use_cache=True,
         )
+        last = (lengths - 1).clamp(min=0)
+        if last_only and self._split_head:
+            hidden = self.model.get_decoder()(**kwargs).last_hidden_state
+            picked = hidden[torch.arange(len(feeds)), last.to(hidden.device)]
+            logits = self.model.get_output_embeddings()(picked).float().unsqueeze(1)
+        else:
+            logits = self.model(**kwargs, logits_to_keep=1 if last_only and not bool((lengths != width).any())
+                                else 0).logits.float()
+            if last_only and logits.shape[1] > 1:
+                logits = logits[torch.arange(len(feeds)), last.to(logits.device)].unsqueeze(1)
         self.valid = mask
         self.pos = self.pos + lengths
-        return out.logits.float(), lengths
+        if last_only:
+            return [logits[b] if n else logits[b, :0] for b, n in enumerate(lengths.tolist())]
+        return [logits[b, :n] for b, n in enumerate(lengths.tolist())]
 
     @torch.inference_mode()
     def rollback(self, drop: list[int] | torch.Tensor) -> None:
@@ -88,47 +98,52 @@ class BatchRunner:
     # -- rows joining and leaving (continuous batching) ----------------------------------------------
 
     @torch.inference_mode()
-    def add_row(self, prefix: list[int]) -> None:
-        """A new row joins as the last one: its prefix is prefilled on its own (the other rows wait
-        one prefill) and its cache columns are placed beside theirs, the shorter side padded with
-        columns that are marked invalid."""
+    def add_rows(self, prefix: list[int], count: int = 1) -> None:
+        """New rows join at the end: the prefix is prefilled once on its own (the other rows wait
+        one prefill), repeated `count` times, and its cache columns are placed beside theirs, the
+        shorter side padded with columns that are marked invalid."""
+        if count < 1:
+            return
         row = DynamicCache(config=self.model.config)
         if prefix:
             self.model(input_ids=torch.tensor([prefix], device=self.device), past_key_values=row, use_cache=True,
                        logits_to_keep=1)
-        if self.batch_size == 0:
+            if count > 1:
+                row.batch_repeat_interleave(count)
+        if self.rows == 0:
             self.cache = row
-            self.valid = torch.ones((1, len(prefix)), dtype=torch.bool)
-            self.pos = torch.tensor([len(prefix)])
+            self.valid = torch.ones((count, len(prefix)), dtype=torch.bool)
+            self.pos = torch.full((count,), len(prefix), dtype=torch.long)
             return
         width = max(self.valid.shape[1], len(prefix))
+        B = self.rows
         for mine, theirs in zip(self.cache.layers, row.layers):
             ours_k, ours_v = _layer_kv(mine)
             new_k, new_v = _layer_kv(theirs)
             template = ours_k if ours_k is not None else new_k
             if template is None:
                 continue  # no row has any column yet
-            B = self.batch_size
             ours_k = _pad_columns(ours_k, template, B, width)
             ours_v = _pad_columns(ours_v, template, B, width)
-            new_k = _pad_columns(new_k, template, 1, width)
-            new_v = _pad_columns(new_v, template, 1, width)
+            new_k = _pad_columns(new_k, template, count, width)
+            new_v = _pad_columns(new_v, template, count, width)
             if not mine.is_initialized:
                 mine.lazy_initialization(template, template)
             mine.keys = torch.cat([ours_k, new_k])
             mine.values = torch.cat([ours_v, new_v])
-        valid = torch.zeros((self.batch_size + 1, width), dtype=torch.bool)
-        valid[:-1, : self.valid.shape[1]] = self.valid
-        valid[-1, : len(prefix)] = True
+        valid = torch.zeros((B + count, width), dtype=torch.bool)
+        valid[:B, : self.valid.shape[1]] = self.valid
+        valid[B:, : len(prefix)] = True
         self.valid = valid
-        self.pos = torch.cat([self.pos, torch.tensor([len(prefix)])])
+        self.pos = torch.cat([self.pos, torch.full((count,), len(prefix), dtype=torch.long)])
 
     @torch.inference_mode()
     def remove_rows(self, rows: list[int]) -> None:
         """Finished rows leave; their slots (and any columns only they used) are freed."""
         if not rows:
             return
-        keep = [b for b in range(self.batch_size) if b not in set(rows)]
+        gone = set(rows)
+        keep = [b for b in range(self.rows) if b not in gone]
         if not keep:
             self.cache = DynamicCache(config=self.model.config)
             self.valid = torch.zeros((0, 0), dtype=torch.bool)

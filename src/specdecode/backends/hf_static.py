@@ -37,9 +37,13 @@ class StaticRunner:
         self.cache = self._new_cache(self.capacity)
         self._length = 0
         self.compiled = compile
+        self.compile_mode = compile_mode
         self.compile_s = 0.0  # time spent in the first compiled calls (tracing and code generation)
         self._step = torch.compile(self._forward, dynamic=False, mode=compile_mode) if compile else self._forward
         self._compiled_shapes: set[int] = set()
+
+    def spawn(self) -> "StaticRunner":
+        return StaticRunner(self.model, compile=self.compiled, initial=self.capacity, compile_mode=self.compile_mode)
 
     @property
     def backend(self) -> str:

@@ -1,9 +1,9 @@
 """llama.cpp backend (optional extra `llamacpp`): a GGUF model run by llama-cpp-python.
 
-It implements the same ModelRunner protocol as the transformers backend, so it can be the draft,
-the target, or both; our rejection step runs on the logits it returns. llama.cpp's KV cache is
-indexed by position: rolling back rejected drafts removes the cache cells past the kept length,
-nothing is copied.
+It implements the same Runner protocol as the transformers backend, so it can be the draft, the
+target, or both, for one row or many; our rejection step runs on the logits it returns. llama.cpp's
+KV cache is indexed by position: rolling back rejected drafts removes the cache cells past the kept
+length, nothing is copied.
 
 We drive llama_decode ourselves instead of `Llama.eval`, because eval with logits_all computes the
 LM head for every prompt token and keeps an n_ctx x vocab float array (2.5 GB for a 151k vocabulary
@@ -100,55 +100,129 @@ def load_llama(path: str | Path, n_ctx: int = 4096, n_threads: int | None = None
 
 
 class LlamaCppRunner:
-    """ModelRunner over one llama.cpp context (one sequence)."""
+    """Runner over one llama.cpp context holding every row as its own sequence id.
+
+    One `llama_batch` carries all rows' tokens of a pass, each token tagged with its row's sequence
+    id and position, so that a verify pass over B rows is one llama_decode. Rollback removes the
+    cells past a row's kept length (`llama_memory_seq_rm`); rows sharing a prompt are prefilled
+    once and copied (`llama_memory_seq_cp`). The KV cells are unified: all rows draw from
+    `total_ctx` cells (by default 4 x n_ctx), and one row may hold up to `n_ctx` positions.
+    """
 
     backend = "llamacpp"
 
-    def __init__(self, llm, gguf: Path | None = None):
-        self.llm = llm
+    def __init__(self, llm, gguf: Path | None = None, n_ctx: int = 4096, max_rows: int = 16,
+                 total_ctx: int | None = None):
+        import llama_cpp
+        from llama_cpp import _internals
+
+        self.llm = llm  # owns the weights; its own one-sequence context is left unused (and tiny)
         self.gguf = gguf
         self.vocab_size = int(llm.n_vocab())
-        self.max_context = int(llm.n_ctx())
-        self._n_batch = int(llm.n_batch)
+        self.max_context = n_ctx
+        self.max_rows = max_rows
+        params = type(llm.context_params).from_buffer_copy(llm.context_params)
+        params.n_ctx = total_ctx or n_ctx * min(max_rows, 4)
+        params.n_seq_max = max_rows
+        params.kv_unified = True
+        self._ctx = _internals.LlamaContext(model=llm._model, params=params, verbose=False)
+        self._lib = llama_cpp
+        self._n_batch = int(params.n_batch)
+        self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
+        self._free = list(range(max_rows - 1, -1, -1))  # sequence ids not in use
+        self.seq: list[int] = []  # sequence id of each row
+        self.lengths: list[int] = []
+
+    def __del__(self):
+        batch, self._batch = getattr(self, "_batch", None), None
+        if batch is not None:
+            self._lib.llama_batch_free(batch)
 
     @classmethod
-    def load(cls, path: str | Path, n_ctx: int = 4096, n_threads: int | None = None) -> "LlamaCppRunner":
-        return cls(load_llama(path, n_ctx=n_ctx, n_threads=n_threads), Path(path))
+    def load(cls, path: str | Path, n_ctx: int = 4096, n_threads: int | None = None,
+             max_rows: int = 16) -> "LlamaCppRunner":
+        return cls(load_llama(path, n_ctx=64, n_threads=n_threads), Path(path), n_ctx=n_ctx, max_rows=max_rows)
 
     @property
-    def length(self) -> int:
-        return int(self.llm.n_tokens)
+    def rows(self) -> int:
+        return len(self.seq)
 
-    def reset(self) -> None:
-        self.truncate(0)
+    def length(self, row: int) -> int:
+        return self.lengths[row]
 
-    def forward(self, tokens: list[int], all_logits: bool = False) -> torch.Tensor:
-        if not tokens:
-            raise ValueError("forward needs at least one token")
-        llm = self.llm
-        if llm.n_tokens + len(tokens) > self.max_context:
-            raise ValueError(f"{llm.n_tokens + len(tokens)} tokens do not fit the llama.cpp context of "
-                             f"{self.max_context}: load it with a larger n_ctx")
-        out = []
-        for start in range(0, len(tokens), self._n_batch):
-            chunk = tokens[start:start + self._n_batch]
-            last_chunk = start + self._n_batch >= len(tokens)
-            n_past = llm.n_tokens
-            # Flags: every position when all logits are wanted, else only the last one (the batch
-            # helper always flags the last position of a chunk).
-            llm._batch.set_batch(batch=chunk, n_past=n_past, logits_all=all_logits)
-            llm._ctx.decode(llm._batch)
-            llm.input_ids[n_past:n_past + len(chunk)] = chunk
-            llm.n_tokens = n_past + len(chunk)
-            if all_logits or last_chunk:
-                rows = len(chunk) if all_logits else 1
-                ptr = llm._ctx.get_logits()
-                logits = np.ctypeslib.as_array(ptr, shape=(rows * self.vocab_size,)).reshape(rows, self.vocab_size)
-                out.append(torch.from_numpy(logits.copy()))
-        return torch.cat(out) if all_logits else out[-1]
+    def add_rows(self, prefix: list[int], count: int = 1) -> None:
+        if count > len(self._free):
+            raise ValueError(f"the llama.cpp runner holds at most {self.max_rows} rows: load it with more")
+        if len(prefix) > self.max_context:
+            raise ValueError(f"{len(prefix)} tokens do not fit the llama.cpp context of {self.max_context}")
+        first = self._free.pop()
+        self.seq.append(first)
+        self.lengths.append(0)
+        if prefix:
+            self._decode([(len(self.seq) - 1, prefix)], last_only=True)
+        for _ in range(count - 1):
+            sid = self._free.pop()
+            self._lib.llama_memory_seq_cp(self._ctx.memory, first, sid, -1, -1)
+            self.seq.append(sid)
+            self.lengths.append(len(prefix))
 
-    def truncate(self, length: int) -> None:
-        if length > self.llm.n_tokens:
-            raise ValueError(f"cannot truncate a cache of {self.llm.n_tokens} tokens to {length}")
-        self.llm._ctx.kv_cache_seq_rm(-1, length, -1)
-        self.llm.n_tokens = length
+    def forward(self, feeds: list[list[int]], last_only: bool = False) -> list[torch.Tensor]:
+        if len(feeds) != self.rows:
+            raise ValueError(f"expected {self.rows} rows, got {len(feeds)}")
+        for b, feed in enumerate(feeds):
+            if self.lengths[b] + len(feed) > self.max_context:
+                raise ValueError(f"{self.lengths[b] + len(feed)} tokens do not fit the llama.cpp context of "
+                                 f"{self.max_context}: load it with a larger n_ctx")
+        return self._decode([(b, feed) for b, feed in enumerate(feeds)], last_only)
+
+    def rollback(self, drop: list[int]) -> None:
+        for b, d in enumerate(drop):
+            if d:
+                self.lengths[b] -= d
+                self._lib.llama_memory_seq_rm(self._ctx.memory, self.seq[b], self.lengths[b], -1)
+
+    def remove_rows(self, rows: list[int]) -> None:
+        gone = set(rows)
+        for b in sorted(gone):
+            self._lib.llama_memory_seq_rm(self._ctx.memory, self.seq[b], -1, -1)
+            self._free.append(self.seq[b])
+        self.seq = [s for b, s in enumerate(self.seq) if b not in gone]
+        self.lengths = [n for b, n in enumerate(self.lengths) if b not in gone]
+
+    def _decode(self, feeds: list[tuple[int, list[int]]], last_only: bool) -> list[torch.Tensor]:
+        """Every (row, tokens) in as few llama_decode calls as n_batch allows; logits where wanted."""
+        wanted: list[tuple[int, int]] = []  # (row, position in its feed) of each logit, in batch order
+        out: dict[int, list[torch.Tensor]] = {b: [] for b, _ in feeds}
+        batch, n = self._batch, 0
+
+        def flush():
+            nonlocal n
+            if n == 0:
+                return
+            batch.n_tokens = n
+            code = self._lib.llama_decode(self._ctx.ctx, batch)
+            if code != 0:
+                raise RuntimeError(f"llama_decode returned {code} (no free KV cells: fewer rows or a larger "
+                                   "context)" if code == 1 else f"llama_decode returned {code}")
+            for i, (b, _) in enumerate(wanted):
+                ptr = self._lib.llama_get_logits_ith(self._ctx.ctx, i)
+                out[b].append(torch.from_numpy(np.ctypeslib.as_array(ptr, shape=(self.vocab_size,)).copy()))
+            wanted.clear()
+            n = 0
+
+        for b, tokens in feeds:
+            for j, token in enumerate(tokens):
+                if n == self._n_batch:
+                    flush()
+                keep = j == len(tokens) - 1 or not last_only
+                batch.token[n] = token
+                batch.pos[n] = self.lengths[b] + j
+                batch.n_seq_id[n] = 1
+                batch.seq_id[n][0] = self.seq[b]
+                batch.logits[n] = keep
+                if keep:
+                    wanted.append((b, j))
+                n += 1
+            self.lengths[b] += len(tokens)
+        flush()
+        return [torch.stack(out[b]) if out[b] else torch.zeros((0, self.vocab_size)) for b, _ in feeds]

@@ -1,4 +1,4 @@
-"""The proposer interface: anything that guesses the next few tokens of a sequence."""
+"""The proposer interface: anything that guesses the next few tokens of many sequences at once."""
 
 from __future__ import annotations
 
@@ -10,13 +10,23 @@ import torch
 from ..sampling import SamplingParams
 
 
+class Row(Protocol):
+    """What a proposer sees of a request in the batch."""
+
+    id: int
+    context: list[int]  # prompt + everything emitted so far
+    prompt_ids: list[int]
+    params: SamplingParams
+    generator: torch.Generator | None
+
+
 @dataclass
 class Proposal:
     tokens: list[int]  # at most k drafted tokens (possibly none)
     # The distributions the tokens were sampled from, [len(tokens), V_target] float32, or None when
     # the proposal is deterministic (q is one-hot on each token).
     probs: torch.Tensor | None = None
-    source: str | None = None  # which source drafted it (e.g. ngram2; None: the proposer itself)
+    source: str | None = None  # which source drafted it (e.g. ngram2, draft); None: nothing drafted
     # Context tokens processed before the first draft (a draft model catching up on what the
     # lookup drafted or plain passes emitted): a cost of the switch, not of each drafted token.
     fed: int = 1
@@ -29,25 +39,35 @@ class Proposal:
 
 
 class Proposer(Protocol):
+    """Batch-first: every call covers all of this proposer's rows in the step.
+
+    Which tokens are proposed may depend on anything; exactness only requires that `probs` is the
+    distribution each token was actually drawn from, and that a token once sampled is proposed.
+    Hence min_confidence stops drafting *after* a position where the draft was unsure (its top
+    probability there below the threshold) and keeps that token: a rule that dropped the sampled
+    token because of its value would keep only some samples of q, and the kept ones would no longer
+    follow q (the suite rejects that variant).
+    """
+
     name: str
+    # k="auto" chooses among these pass by pass, each with its own acceptance and cost (the lookup's
+    # match lengths, the draft model).
+    sources: tuple[str, ...]
+    uses_draft_model: bool  # drafting costs draft-model passes (the load policy counts them)
 
-    def start(self, prompt_ids: list[int]) -> None:
-        """A new sequence begins with these prompt tokens."""
+    def join(self, rows: list[Row]) -> None:
+        """Rows enter the batch (a draft model prefills their prompts here)."""
 
-    def propose(
-        self,
-        context: list[int],
-        k: int,
-        params: SamplingParams,
-        generator: torch.Generator | None,
-        min_confidence: float = 0.0,
-    ) -> Proposal:
-        """Guess up to k tokens following `context` (prompt + everything emitted so far).
+    def leave(self, rows: list[Row]) -> None:
+        """Rows leave the batch; their state is freed."""
 
-        Which tokens are proposed may depend on anything; exactness only requires that `probs` is
-        the distribution each token was actually drawn from, and that a token once sampled is
-        proposed. Hence min_confidence stops drafting *after* a position where the draft was unsure
-        (its top probability there below the threshold) and keeps that token: a rule that dropped the
-        sampled token because of its value would keep only some samples of q, and the kept ones
-        would no longer follow q (the suite rejects that variant).
-        """
+    def clear(self) -> None:
+        """Forget every row (the engine starts from empty caches after a failed step)."""
+
+    def reach(self, row: Row, k: int) -> dict[str, int]:
+        """How many tokens (at most k) each source could draft for this row now."""
+
+    def propose(self, rows: list[Row], ks: list[int], sources: list[str | None],
+                min_confidence: list[float]) -> list[Proposal]:
+        """Up to ks[i] tokens following rows[i].context, from sources[i] (None: the proposer's own
+        choice)."""

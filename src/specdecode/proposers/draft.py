@@ -2,84 +2,148 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from ..backends.base import ModelRunner
+from ..backends.base import Runner
 from ..sampling import SamplingParams, pad_vocab, probs_from_logits, sample_from
 from .base import Proposal
 
+# Draft tokens a row may be behind (while other rows draft) before it is re-prefilled alone.
+REJOIN_AFTER = 16
+
 
 class DraftModelProposer:
-    """Draft k tokens by sampling from q with the request's own sampling params.
+    """Draft k tokens per row by sampling from q with each row's own sampling params and generator.
 
-    The draft's cache keeps whatever it has processed; on each call the part that still agrees
-    with the context is kept and the rest dropped, so rejected drafts roll back and a fully
-    accepted block (whose last draft the draft model never processed) is fed first.
+    All rows draft together: one batched draft pass per position. Each row's draft cache keeps
+    whatever it has processed; on each call the part that still agrees with the context is kept
+    and the rest dropped, so rejected drafts roll back, and tokens the draft has not seen (the last
+    draft of a fully accepted block, or what the lookup drafted for a hybrid row) are fed first
+    (the catch-up). A row that fell far behind while others draft (long without drafting) is
+    re-prefilled alone rather than padding every other row's first draft pass to its catch-up.
 
     context_window: the draft model sees only the last N prompt tokens (and everything after them).
-    Its prefill is paid before the first token, and on a CPU it is not cheap: the llama.cpp Q4_0
-    0.5B draft prefills 97 tokens/s built for AVX2 and 169 for AVX-512, against ~150 for the bf16
-    1.5B target, so a ~700-token Spec-Bench summary or retrieval prompt costs 4-7 s of draft prefill,
-    and on short answers the whole prompt can cost more than the drafts save. A draft guesses the
-    next few tokens mostly from the last few hundred; which tokens it proposes may depend on
-    anything, so this changes acceptance, never the output distribution.
+    Its prefill is paid before the first token, and on a CPU it is not cheap (docs/backends.md): a
+    draft guesses the next few tokens mostly from the last few hundred, and which tokens it proposes
+    may depend on anything, so this changes acceptance, never the output distribution.
     """
 
     name = "draft"
+    sources = ("draft",)
+    uses_draft_model = True
 
-    def __init__(self, runner: ModelRunner, target_vocab: int, context_window: int | None = None):
+    def __init__(self, runner: Runner, target_vocab: int, context_window: int | None = None):
         if runner.vocab_size > target_vocab:
             raise ValueError(f"draft vocabulary {runner.vocab_size} is larger than the target's {target_vocab}")
         check_context_window(context_window)
         self.runner = runner
         self.target_vocab = target_vocab
         self.context_window = context_window or None
-        self.offset = 0  # where in the context the draft's cache begins (the window's start)
-        self.cached: list[int] = []  # tokens in the draft's KV cache: context[offset:offset + len]
-        self.stable = 0  # prefix of `cached` known to be verified context
+        self.order: list[int] = []  # request ids in the draft runner's row order
+        self.state: dict[int, _DraftRow] = {}
 
-    def start(self, prompt_ids: list[int]) -> None:
-        # Prefill with the target's prefill, so that a draft pass measures drafting alone.
-        self.runner.reset()
+    # -- rows in and out -------------------------------------------------------------------------
+
+    def join(self, rows) -> None:
+        """Prefill each row's (windowed) prompt but its last token; rows with the same prompt share
+        one prefill."""
+        groups: dict[tuple[int, ...], list] = {}
+        for row in rows:
+            offset = self._offset(row)
+            self.state[row.id] = _DraftRow(offset, list(row.prompt_ids[offset:-1]))
+            groups.setdefault(tuple(row.prompt_ids[offset:-1]), []).append(row)
+        for prefix, members in groups.items():
+            self.runner.add_rows(list(prefix), len(members))
+            self.order.extend(r.id for r in members)
+
+    def leave(self, rows) -> None:
+        gone = {r.id for r in rows if r.id in self.state}
+        if not gone:
+            return
+        self.runner.remove_rows([i for i, rid in enumerate(self.order) if rid in gone])
+        self.order = [rid for rid in self.order if rid not in gone]
+        for rid in gone:
+            del self.state[rid]
+
+    def clear(self) -> None:
+        self.runner.remove_rows(list(range(len(self.order))))
+        self.order, self.state = [], {}
+
+    def reach(self, row, k: int) -> dict[str, int]:
+        return {"draft": k}
+
+    # -- drafting --------------------------------------------------------------------------------
+
+    def propose(self, rows, ks, sources=None, min_confidence=None) -> list[Proposal]:
+        confidence = min_confidence or [0.0] * len(rows)
+        out = [Proposal(tokens=[]) for _ in rows]
+        active = [i for i, k in enumerate(ks) if k > 0]
+        if not active:
+            return out
+        if len(active) > 1:
+            for i in active:
+                state = self.state[rows[i].id]
+                window = rows[i].context[state.offset:]
+                if len(window) - 1 - common_prefix(state.cached, window) > REJOIN_AFTER:
+                    self._rejoin(rows[i])
+        index = {rid: b for b, rid in enumerate(self.order)}
+        feeds: list[list[int]] = [[] for _ in self.order]
+        drop = [0] * len(self.order)
+        goal = {}
+        for i in active:
+            row, state = rows[i], self.state[rows[i].id]
+            window = row.context[state.offset:]  # the draft sees the window as if it were the whole text
+            keep = common_prefix(state.cached, window, start=min(state.stable, len(state.cached)))
+            keep = min(keep, len(window) - 1)  # the last token must be fed to get the next logits
+            b = index[row.id]
+            drop[b] = len(state.cached) - keep
+            del state.cached[keep:]
+            state.stable = len(window)
+            feeds[b] = window[keep:]
+            out[i].fed, out[i].source = len(feeds[b]), "draft"
+            goal[b] = (i, ks[i])
+        self.runner.rollback(drop)
+        probs: dict[int, list[torch.Tensor]] = {i: [] for i in active}
+        while any(feeds):
+            logits = self.runner.forward(feeds, last_only=True)
+            for b, (i, k) in goal.items():
+                if not feeds[b]:
+                    continue
+                row, state = rows[i], self.state[rows[i].id]
+                state.cached.extend(feeds[b])
+                token, q, sure = next_draft(logits[b][-1], row.params, row.generator, self.target_vocab,
+                                            confidence[i])
+                out[i].tokens.append(token)
+                if q is not None:
+                    probs[i].append(q)
+                feeds[b] = [token] if sure and len(out[i].tokens) < k else []
+        for i in active:
+            if probs[i]:
+                out[i].probs = torch.stack(probs[i])
+        return out
+
+    def _offset(self, row) -> int:
         window = self.context_window
-        self.offset = max(0, len(prompt_ids) - window) if window else 0
-        self.cached = list(prompt_ids[self.offset:-1])
-        if self.cached:
-            self.runner.forward(self.cached)
+        return max(0, len(row.prompt_ids) - window) if window else 0
+
+    def _rejoin(self, row) -> None:
+        self.leave([row])
+        offset = self._offset(row)
+        self.state[row.id] = _DraftRow(offset, list(row.context[offset:-1]))
+        self.runner.add_rows(self.state[row.id].cached, 1)
+        self.order.append(row.id)
+
+
+@dataclass
+class _DraftRow:
+    offset: int  # where in the context the draft's cache begins (the window's start)
+    cached: list[int]  # tokens in the draft's cache row: context[offset:offset + len]
+    stable: int = 0  # prefix of `cached` known to be verified context
+
+    def __post_init__(self) -> None:
         self.stable = len(self.cached)
-
-    def propose(
-        self,
-        context: list[int],
-        k: int,
-        params: SamplingParams,
-        generator: torch.Generator | None,
-        min_confidence: float = 0.0,
-    ) -> Proposal:
-        if k <= 0:
-            return Proposal(tokens=[])
-        context = context[self.offset:]  # the draft sees the window as if it were the whole text
-        keep = common_prefix(self.cached, context, start=min(self.stable, len(self.cached)))
-        keep = min(keep, len(context) - 1)  # the last token must be fed to get the next logits
-        self.runner.truncate(keep)
-        del self.cached[keep:]
-        self.stable = len(context)
-
-        feed = context[keep:]
-        fed = len(feed)
-        tokens: list[int] = []
-        probs: list[torch.Tensor] = []
-        for _ in range(k):
-            logits = self.runner.forward(feed)[-1]
-            self.cached.extend(feed)
-            token, q, sure = next_draft(logits, params, generator, self.target_vocab, min_confidence)
-            tokens.append(token)
-            if q is not None:
-                probs.append(q)
-            if not sure:
-                break
-            feed = [token]
-        return Proposal(tokens=tokens, probs=torch.stack(probs) if probs else None, fed=fed)
 
 
 def next_draft(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None, target_vocab: int,

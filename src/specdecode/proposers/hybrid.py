@@ -13,9 +13,6 @@ for the lookup, the draft's distributions for the model).
 
 from __future__ import annotations
 
-import torch
-
-from ..sampling import SamplingParams
 from .base import Proposal
 from .draft import DraftModelProposer
 from .ngram import NgramProposer
@@ -23,25 +20,37 @@ from .ngram import NgramProposer
 
 class HybridProposer:
     name = "hybrid"
+    uses_draft_model = True
 
     def __init__(self, ngram: NgramProposer, draft: DraftModelProposer):
         # k="auto" chooses between the sources pass by pass (adaptive.SourceChoice): the lookup's
         # match lengths (ngram3, ngram2, ngram1) and the draft model.
         self.ngram, self.draft = ngram, draft
-        self.sources = {**ngram.sources, "draft": draft}
+        self.sources = (*ngram.sources, "draft")
 
-    def start(self, prompt_ids: list[int]) -> None:
-        self.ngram.start(prompt_ids)
-        self.draft.start(prompt_ids)
+    def join(self, rows) -> None:
+        self.draft.join(rows)
 
-    def available(self, context: list[int], k: int) -> dict[str, int]:
+    def leave(self, rows) -> None:
+        self.draft.leave(rows)
+
+    def clear(self) -> None:
+        self.draft.clear()
+
+    def reach(self, row, k: int) -> dict[str, int]:
         """How many tokens each source could draft now: the lookup's match, the model's k."""
-        return {**self.ngram.available(context, k), "draft": k}
+        return {**self.ngram.reach(row, k), "draft": k}
 
-    def propose(self, context: list[int], k: int, params: SamplingParams, generator: torch.Generator | None,
-                min_confidence: float = 0.0) -> Proposal:
-        lookup = self.ngram.propose(context, k, params, generator)
-        if lookup.tokens:
-            return lookup
-        drafted = self.draft.propose(context, k, params, generator, min_confidence)
-        return Proposal(drafted.tokens, drafted.probs, source="draft")
+    def propose(self, rows, ks, sources, min_confidence) -> list[Proposal]:
+        out: list[Proposal | None] = [None] * len(rows)
+        for i, (row, k, source) in enumerate(zip(rows, ks, sources)):
+            if source != "draft":
+                lookup = self.ngram.lookup(row.context, k)
+                if lookup.tokens or source is not None:
+                    out[i] = lookup
+        rest = [i for i, p in enumerate(out) if p is None]
+        drafted = self.draft.propose([rows[i] for i in rest], [ks[i] for i in rest], [None] * len(rest),
+                                     [min_confidence[i] for i in rest])
+        for i, proposal in zip(rest, drafted):
+            out[i] = proposal
+        return out

@@ -20,23 +20,33 @@ class NgramProposer:
     """
 
     name = "ngram"
+    uses_draft_model = False
 
     def __init__(self, max_n: int = 3, min_n: int = 1):
         if not 1 <= min_n <= max_n:
             raise ValueError(f"ngram sizes need 1 <= min_n <= max_n, got min_n={min_n}, max_n={max_n}")
         self.max_n = max_n
         self.min_n = min_n
-        self.sources = {f"ngram{n}": self for n in range(max_n, min_n - 1, -1)}
+        self.sources = tuple(f"ngram{n}" for n in range(max_n, min_n - 1, -1))
 
-    def start(self, prompt_ids: list[int]) -> None:
+    def join(self, rows) -> None:
         pass
 
-    def available(self, context: list[int], k: int) -> dict[str, int]:
+    def leave(self, rows) -> None:
+        pass
+
+    def clear(self) -> None:
+        pass
+
+    def reach(self, row, k: int) -> dict[str, int]:
         """How far each source reaches now: the matched length's, the others nothing."""
-        n, tokens = match(np.asarray(context, dtype=np.int64), k, self.max_n, self.min_n)
+        n, tokens = match(np.asarray(row.context, dtype=np.int64), k, self.max_n, self.min_n)
         return {source: len(tokens) if source == f"ngram{n}" else 0 for source in self.sources}
 
-    def propose(self, context, k, params, generator, min_confidence: float = 0.0) -> Proposal:
+    def propose(self, rows, ks, sources=None, min_confidence=None) -> list[Proposal]:
+        return [self.lookup(row.context, k) for row, k in zip(rows, ks)]
+
+    def lookup(self, context: list[int], k: int) -> Proposal:
         n, tokens = match(np.asarray(context, dtype=np.int64), k, self.max_n, self.min_n)
         return Proposal(tokens=tokens, source=f"ngram{n}" if tokens else None)
 

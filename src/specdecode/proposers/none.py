@@ -7,9 +7,20 @@ from .base import Proposal
 
 class NoProposer:
     name = "none"
+    sources = ("none",)
+    uses_draft_model = False
 
-    def start(self, prompt_ids: list[int]) -> None:
+    def join(self, rows) -> None:
         pass
 
-    def propose(self, context, k, params, generator, min_confidence: float = 0.0) -> Proposal:
-        return Proposal(tokens=[])
+    def leave(self, rows) -> None:
+        pass
+
+    def clear(self) -> None:
+        pass
+
+    def reach(self, row, k: int) -> dict[str, int]:
+        return {"none": 0}
+
+    def propose(self, rows, ks, sources, min_confidence) -> list[Proposal]:
+        return [Proposal(tokens=[]) for _ in rows]

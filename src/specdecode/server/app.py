@@ -1,7 +1,8 @@
 """OpenAI-compatible HTTP server over the batched engine.
 
-One worker thread runs `BatchEngine.step()` whenever there is work; HTTP handlers (asyncio) only
-validate, queue a BatchRequest, and read what the worker hands back through an asyncio queue. A
+One worker thread runs the engine's `step()` whenever there is work (the same step `generate` runs);
+HTTP handlers (asyncio) only validate, queue a Request, and read what the worker hands back through
+an asyncio queue. A
 client that goes away cancels its request, which leaves the batch before the next step.
 """
 
@@ -20,8 +21,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from ..batch_engine import BatchEngine, BatchRequest, QueueFull
-from ..engine import RequestError, chat_ids
+from ..engine import SpeculativeGenerator
+from ..prompts import chat_ids
+from ..request import QueueFull, Request, RequestError
 from ..sampling import InvalidParameter
 from .metrics import ServerMetrics
 from .protocol import ChatRequest, CommonRequest, CompletionRequest
@@ -30,7 +32,7 @@ from .protocol import ChatRequest, CommonRequest, CompletionRequest
 class EngineWorker:
     """The one thread that drives the engine."""
 
-    def __init__(self, engine: BatchEngine, metrics: ServerMetrics):
+    def __init__(self, engine: SpeculativeGenerator, metrics: ServerMetrics):
         self.engine = engine
         self.metrics = metrics
         self.wake = threading.Event()
@@ -40,12 +42,12 @@ class EngineWorker:
     def start(self) -> None:
         self.thread.start()
 
-    def submit(self, req: BatchRequest) -> None:
+    def submit(self, req: Request) -> None:
         self.engine.submit(req)
         self.metrics.waiting.labels(**self.metrics.labels).set(self.engine.queued)
         self.wake.set()
 
-    def cancel(self, req: BatchRequest) -> None:
+    def cancel(self, req: Request) -> None:
         self.engine.cancel(req)
         self.wake.set()
 
@@ -91,11 +93,11 @@ class Rejected(Exception):
         self.status, self.message, self.kind = status, message, kind
 
 
-def create_app(engine: BatchEngine, model_name: str, default_k: int | str = 4, default_max_tokens: int = 256,
+def create_app(engine: SpeculativeGenerator, model_name: str, default_k: int | str = 4, default_max_tokens: int = 256,
                shutdown_grace_s: float = 30.0) -> FastAPI:
     metrics = ServerMetrics(model_name)
     worker = EngineWorker(engine, metrics)
-    gen = engine.gen
+    gen = engine
     state = {"draining": False}
 
     @asynccontextmanager
@@ -167,7 +169,7 @@ def create_app(engine: BatchEngine, model_name: str, default_k: int | str = 4, d
                 raise InvalidParameter(f"max_tokens must be >= 1, got {wanted}")
             max_new = min(wanted or default_max_tokens, max(room, 1))
             spec = body.speculative
-            req = BatchRequest(prompt_ids, body.sampling(max_new),
+            req = Request(prompt_ids, body.sampling(max_new),
                                k=spec.k if spec and spec.k is not None else default_k,
                                proposer=spec.proposer if spec else None)
             engine.check(req)
@@ -200,7 +202,7 @@ def _bridge(loop: asyncio.AbstractEventLoop, events: asyncio.Queue, metrics: Ser
     """on_step for the worker thread: book metrics, hand the step to the request's asyncio queue."""
     seen = {"steps": 0, "last_end": 0.0}
 
-    def on_step(req: BatchRequest, tokens: list[int], delta: str) -> None:
+    def on_step(req: Request, tokens: list[int], delta: str) -> None:
         for step in req.stats.steps[seen["steps"]:]:
             metrics.step(step.drafted, step.accepted, step.emitted, step.end_s - seen["last_end"],
                          first=seen["last_end"] == 0.0)
@@ -213,7 +215,7 @@ def _bridge(loop: asyncio.AbstractEventLoop, events: asyncio.Queue, metrics: Ser
     return on_step
 
 
-async def _events(req: BatchRequest, events: asyncio.Queue, request: Request,
+async def _events(req: Request, events: asyncio.Queue, request: Request,
                   worker: EngineWorker) -> AsyncIterator[tuple[list[int], str, bool]]:
     """The request's steps as they come; a client that disconnects cancels the request."""
     try:
@@ -271,12 +273,12 @@ def _openai_reason(reason: str | None) -> str | None:
     return {"stop": "stop", "length": "length", "abort": "abort", "error": "error"}.get(reason or "", reason)
 
 
-def _usage(req: BatchRequest) -> dict:
+def _usage(req: Request) -> dict:
     prompt, completion = len(req.prompt_ids), len(req.generated)
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-def _full_response(req: BatchRequest, text: str, rid: str, model: str, chat: bool) -> dict:
+def _full_response(req: Request, text: str, rid: str, model: str, chat: bool) -> dict:
     reason = _openai_reason(req.finish_reason)
     if chat:
         choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,

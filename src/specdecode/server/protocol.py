@@ -1,4 +1,4 @@
-"""The OpenAI request bodies we accept, and how they become a BatchRequest.
+"""The OpenAI request bodies we accept, and how they become a Request.
 
 Unknown fields are ignored (clients send many); fields we cannot honour (n > 1, logprobs,
 penalties, echo) are refused with a message rather than silently dropped. Extensions, as in vLLM:
@@ -23,7 +23,7 @@ class StreamOptions(BaseModel):
 
 class Speculative(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    proposer: Literal["draft", "ngram", "none"] | None = None
+    proposer: Literal["draft", "ngram", "hybrid", "none"] | None = None
     k: int | Literal["auto"] | None = None
 
 

@@ -1,0 +1,173 @@
+"""The one cost and acceptance model: what passes cost here, how often drafts are accepted, and
+which proposal length pays.
+
+A pass that scores w tokens over B rows costs verify(B, w); drafting k tokens costs k draft steps.
+A row whose recent acceptance at draft position j (given that the drafts before it were accepted)
+is c_j emits E(k) = 1 + c_1 + c_1 c_2 + ... + c_1...c_k tokens per pass on average. The best k
+maximises E(k) / cost(k); k = 0 is plain decoding. k="auto" for one row, the load cap over many
+rows and `tune`'s predictions all use `best_k` and `expected_tokens` from here.
+
+Costs are learnt from every real pass (moving averages). Passes over B > 1 rows are kept by
+(rows, width); a width not yet seen at B rows is the one-row curve scaled by what B-row passes have
+cost against it, since a B-row pass costs more than one row of the same number of tokens
+(attention over B caches, B rejection steps).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+
+def ema(old: float | None, new: float, smoothing: float) -> float:
+    """Exponential moving average of measured costs; the first measurement is taken as it is."""
+    return new if old is None else (1 - smoothing) * old + smoothing * new
+
+
+def expected_tokens(conditional: Sequence[float], k: int) -> float:
+    """Tokens one pass of k drafts emits on average: 1 + sum over i <= k of c_1 * ... * c_i.
+    Each c is capped below 1, so that a perfect record never makes an unbounded k look free."""
+    c = np.minimum(np.asarray(conditional[:k], dtype=float), 0.999)
+    return 1.0 + float(np.cumprod(c).sum())
+
+
+def best_k(tokens: Callable[[int], float], cost: Callable[[int], float], k_max: int,
+           margin: float = 0.0) -> tuple[int, float]:
+    """(k, expected tokens/s) of the k in 0..k_max with the highest tokens(k) / cost(k); k = 0
+    (plain decoding) unless some k beats it by `margin`."""
+    plain = tokens(0) / max(cost(0), 1e-9)
+    best, best_rate = 0, plain * (1 + margin)
+    for k in range(1, k_max + 1):
+        rate = tokens(k) / max(cost(k), 1e-9)
+        if rate > best_rate * (1 + 1e-9):
+            best, best_rate = k, rate
+    return best, (best_rate if best else plain)
+
+
+class CostCurve:
+    """Seconds of one forward pass as a function of the tokens in it (rows x padded width)."""
+
+    def __init__(self, points: dict[int, float] | None = None, smoothing: float = 0.2):
+        self.points: dict[int, float] = dict(points or {})
+        self.smoothing = smoothing
+
+    def observe(self, tokens: int, seconds: float) -> None:
+        if tokens <= 0 or seconds <= 0:
+            return
+        self.points[tokens] = ema(self.points.get(tokens), seconds, self.smoothing)
+
+    def __call__(self, tokens: float) -> float:
+        if not self.points:
+            return 0.0
+        xs = sorted(self.points)
+        ys = [self.points[x] for x in xs]
+        if tokens > xs[-1] and len(xs) > 1:  # extrapolate with the slope of the last two points
+            slope = max(0.0, (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]))
+            return ys[-1] + slope * (tokens - xs[-1])
+        return float(np.interp(tokens, xs, ys))
+
+
+class PassCosts:
+    """Seconds per pass as this machine really runs them.
+
+    verify: the one-row target pass by width; observed / correction: passes over several rows;
+    per_draft: each source's cost per drafted token at one row; draft: one batched draft step by the
+    number of rows drafting."""
+
+    def __init__(self, smoothing: float = 0.2):
+        self.verify = CostCurve(smoothing=smoothing)
+        self.draft = CostCurve(smoothing=smoothing)
+        self.per_draft: dict[str, float] = {}
+        self.observed: dict[tuple[int, int], float] = {}
+        self.correction: dict[int, float] = {}
+        self.smoothing = smoothing
+
+    def observe(self, proposer: str, drafted: int, draft_s: float, width: int, verify_s: float) -> None:
+        """One pass of one row: `drafted` tokens from `proposer` in draft_s, scored in verify_s."""
+        self.verify.observe(width, verify_s)
+        if drafted > 0:
+            self.per_draft[proposer] = ema(self.per_draft.get(proposer), draft_s / drafted, self.smoothing)
+
+    def observe_batch(self, rows: int, width: int, seconds: float) -> None:
+        """One pass over `rows` rows padded to `width` (scoring and rejection)."""
+        if rows <= 1 or width <= 0 or seconds <= 0:
+            return
+        self.observed[(rows, width)] = ema(self.observed.get((rows, width)), seconds, self.smoothing)
+        # Against the one-row curve only: were multi-row passes booked in it too, the ratio would
+        # drift to 1 as the curve learnt them.
+        predicted = self.verify(rows * width)
+        if predicted > 0:
+            self.correction[rows] = ema(self.correction.get(rows), seconds / predicted, self.smoothing)
+
+    def known(self, proposer: str) -> bool:
+        return bool(self.verify.points) and proposer in self.per_draft
+
+    def verify_seconds(self, rows: int, width: int) -> float:
+        if rows <= 1:
+            return self.verify(width)
+        seen = self.observed.get((rows, width))
+        if seen is not None:
+            return seen
+        return self.verify(rows * width) * self.correction.get(rows, 1.0)
+
+    def draft_step(self, rows: int) -> float:
+        """One batched draft position over `rows` rows."""
+        if self.draft.points:
+            return self.draft(rows)
+        return self.per_draft.get("draft", 0.0) * rows
+
+
+class AcceptanceTracker:
+    """A row's recent acceptance by draft position: c_j, the chance that draft j is accepted when
+    the drafts before it were. One average rate hides how drafts behave: n-gram drafts are rejected
+    at the first position most of the time, yet once the first one matches the next ones usually
+    do too, and that is what makes long n-gram drafts pay. Counts are exponentially decayed so that
+    they follow the text as it changes; a position decays only when it is judged, so positions a
+    row seldom reaches keep what is known of them (the prior: the proposer's pooled acceptance)."""
+
+    def __init__(self, prior: float | Sequence[float] = 0.5, weight: float = 4.0, decay: float = 0.9,
+                 positions: int = 32):
+        self.accepted = np.broadcast_to(np.asarray(prior, dtype=float), (positions,)) * weight
+        self.judged = np.full(positions, float(weight))
+        self.decay = decay
+        # All positions together, decayed every pass: the recent average rate (`rate`; tests and
+        # reports read it, the policies use the per-position counts).
+        self.overall = [float(self.accepted[0]), float(weight)]
+
+    def update(self, drafted: int, accepted: int, chances: Sequence[float] | None = None) -> None:
+        """Count one pass. With `chances` (each draft's min(1, p/q), one per draft) the pass counts
+        what it was expected to accept rather than what the sampler's coin gave: position i is
+        reached with the product of the chances before it and accepted with that product times its
+        own. Same expectation as the 0/1 counts (identical when greedy), far less noise when
+        sampling, where a few unlucky coins otherwise swing a request's c_j and k=auto with it."""
+        if drafted == 0:
+            return
+        n = min(drafted, len(self.judged))
+        if chances is not None and len(chances) == drafted:
+            c = np.clip(np.asarray(chances[:n], dtype=float), 0.0, 1.0)
+            passed = np.cumprod(c)
+            reach = np.concatenate(([1.0], passed[:-1]))
+        else:
+            reached = min(accepted + (1 if accepted < drafted else 0), n)  # a rejection ends a block
+            reach = (np.arange(n) < reached).astype(float)
+            passed = (np.arange(n) < min(accepted, reached)).astype(float)
+        # A position decays by how much it was judged, so one a pass barely reached keeps its memory.
+        fade = self.decay ** reach
+        self.accepted[:n] = self.accepted[:n] * fade + passed
+        self.judged[:n] = self.judged[:n] * fade + reach
+        self.overall = [self.decay * self.overall[0] + float(passed.sum()),
+                        self.decay * self.overall[1] + float(reach.sum())]
+
+    @property
+    def conditional(self) -> np.ndarray:
+        """c_j for every position j (0-based)."""
+        return np.divide(self.accepted, self.judged, out=np.zeros_like(self.accepted), where=self.judged > 0)
+
+    def expected_tokens(self, k: int) -> float:
+        return expected_tokens(self.conditional, k)
+
+    @property
+    def rate(self) -> float:
+        """Recent accepted over judged drafts, all positions together."""
+        return self.overall[0] / self.overall[1] if self.overall[1] > 0 else 0.0

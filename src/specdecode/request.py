@@ -1,0 +1,111 @@
+"""One request in the engine: what was asked, what has been emitted, and its stop rules."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from .costs import AcceptanceTracker
+from .sampling import SamplingParams
+from .stats import GenerationStats
+from .textstream import OnToken, TextStream
+
+_ids = itertools.count(1)
+
+# on_step(request, tokens emitted this step, text that became final with them); after the last
+# step request.finish_reason is set (or request.error).
+OnStep = Callable[["Request", list[int], str], None]
+
+
+class RequestError(ValueError):
+    """The request cannot be served as given (empty prompt, too long for the context, ...)."""
+
+
+class QueueFull(RuntimeError):
+    """More requests are waiting than the engine allows; the client should retry later."""
+
+
+@dataclass(eq=False)
+class Request:
+    prompt_ids: list[int]
+    params: SamplingParams = field(default_factory=SamplingParams)
+    k: int | str = 4  # tokens drafted per pass, or "auto"
+    proposer: str | None = None  # None: the engine's default
+    on_step: OnStep | None = None
+    on_token: OnToken | None = None  # per emitted token (token id, text that became final)
+    id: int = field(default_factory=lambda: next(_ids))
+
+    # Filled in by the engine.
+    generated: list[int] = field(default_factory=list)
+    text: str = ""
+    finish_reason: str | None = None  # stop | length | abort | error
+    error: str | None = None
+    exception: BaseException | None = None
+    stats: GenerationStats = field(default_factory=GenerationStats)
+    submitted_at: float = field(default_factory=time.perf_counter)
+    cancelled: bool = False
+
+    # The engine's working state while the request runs.
+    context: list[int] = field(default_factory=list)  # prompt + everything emitted
+    generator: torch.Generator | None = None
+    stop_ids: frozenset[int] = frozenset()
+    stream: TextStream | None = None
+    auto: object | None = None  # adaptive.SourceChoice under k="auto"
+    acceptance: AcceptanceTracker | None = None  # recent acceptance, for the load policy
+    pending: list[str] = field(default_factory=list)  # text deltas of this step
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None
+
+    def start(self, tokenizer, eos_ids: frozenset[int], prior) -> None:
+        """Set up the working state as the request enters the batch."""
+        params = self.params
+        self.context = list(self.prompt_ids)
+        self.generator = params.make_generator()
+        self.stop_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else eos_ids)
+        self.acceptance = AcceptanceTracker(prior=prior)
+        self.stats.prompt_tokens = len(self.prompt_ids)
+
+        def on_token(token, delta):
+            self.pending.append(delta)
+            if self.on_token is not None:
+                self.on_token(token, delta)
+
+        self.stream = TextStream(tokenizer, params.stop, on_token)
+
+    def emit(self, token: int, max_context: int) -> bool:
+        """Append one token and apply the stop rules; True when the request is finished."""
+        self.context.append(token)
+        self.generated.append(token)
+        stats = self.stats
+        if token in self.stop_ids:
+            self.stream.push(token, final=True)
+            stats.finish_reason = "stop"
+            return True
+        if self.stream.push(token):
+            stats.finish_reason = "stop"
+            return True
+        if len(self.generated) >= self.params.max_new_tokens or len(self.context) + 1 > max_context:
+            stats.finish_reason = "length"
+            return True
+        return False
+
+    def room(self, max_context: int) -> int:
+        """Drafts this request may still take in one pass: what max_new_tokens and the context allow."""
+        return max(0, min(self.params.max_new_tokens - len(self.generated) - 1, max_context - len(self.context) - 1))
+
+    def finish(self, reason: str | None = None) -> None:
+        """Close the request: by its own stop rule (reason None) or by the engine (abort, error)."""
+        stats = self.stats
+        if reason is not None:
+            stats.finish_reason = reason
+        self.text = self.stream.finish() if self.stream is not None and reason is None else \
+            (self.stream.text if self.stream is not None else "")
+        stats.total_s = time.perf_counter() - self.submitted_at
+        stats.new_tokens = len(self.generated)
+        self.finish_reason = stats.finish_reason

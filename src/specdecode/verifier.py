@@ -1,0 +1,53 @@
+"""Verification: from the target's logits over a row's last token and its drafts to what it emits.
+
+The rule is `rejection.rejection_sample` (exact: the emitted tokens follow the target's p); the
+engine takes the function at construction, so that `verify --naive` and the negative controls can
+run the same engine with a wrong rule and show that the checks catch it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from .proposers.base import Proposal
+from .rejection import rejection_sample
+from .sampling import SamplingParams, probs_from_logits
+
+RejectFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]  # rejection_sample's signature
+
+
+@dataclass
+class Verdict:
+    tokens: list[int]  # accepted drafts, then one residual or bonus token
+    accepted: int
+    # Each draft's chance of acceptance min(1, p/q), which k=auto and `tune` learn from (see
+    # stats.GenerationStats.expected_per_position).
+    chances: list[float]
+
+
+class TokenVerifier:
+    """Token-by-token verification of a chain of drafts."""
+
+    name = "token"
+
+    def __init__(self, reject: RejectFn = rejection_sample):
+        self.reject = reject
+
+    def __call__(self, logits: torch.Tensor, proposal: Proposal, params: SamplingParams,
+                 generator: torch.Generator | None) -> Verdict:
+        """logits [1 + len(drafts), V]: the target at the row's last token and at each draft."""
+        drafts = proposal.tokens
+        q = None if proposal.probs is None else proposal.probs[: len(drafts)].unsqueeze(0)
+        p = probs_from_logits(logits[: len(drafts) + 1], params).unsqueeze(0)
+        draft_ids = torch.tensor([drafts], dtype=torch.long).reshape(1, len(drafts))
+        tokens, num_accepted = self.reject(draft_ids, q, p, generator)
+        accepted = int(num_accepted[0])
+        chances: list[float] = []
+        if drafts:
+            p_x = p[0, : len(drafts)].gather(-1, draft_ids[0].unsqueeze(-1)).squeeze(-1)
+            q_x = torch.ones_like(p_x) if q is None else q[0].gather(-1, draft_ids[0].unsqueeze(-1)).squeeze(-1)
+            chances = torch.where(q_x > 0, (p_x / q_x.clamp(min=1e-30)).clamp(max=1.0), torch.ones_like(p_x)).tolist()
+        return Verdict(tokens[0, : accepted + 1].tolist(), accepted, chances)

@@ -1,0 +1,325 @@
+"""Continuous batching: every request in a mixed, changing batch gets exactly what it would get alone."""
+
+import contextlib
+import itertools
+
+import pytest
+import torch
+
+from specdecode.costs import AcceptanceTracker, CostCurve, PassCosts
+from specdecode.engine import SpeculativeGenerator
+from specdecode.load_policy import LoadPolicy, RowPlan
+from specdecode.request import QueueFull, Request, RequestError
+from specdecode.sampling import InvalidParameter, SamplingParams
+
+BatchRequest = Request
+
+
+@contextlib.contextmanager
+def BatchEngine(gen, max_batch=8, max_waiting=64, load_policy=True):
+    """The generator itself is the batch engine; this runs it with the test's knobs."""
+    with gen.configured(max_batch=max_batch, max_waiting=max_waiting, load_policy=load_policy, cost_rule=False):
+        yield gen
+
+
+def generate_batch(engine, requests):
+    for req in requests:
+        engine.submit(req)
+    engine.run_until_idle()
+    return requests
+
+PROMPTS = [
+    [5, 6, 7, 8, 9, 10, 5, 6, 7],
+    [40, 41],
+    [3],
+    [100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 100, 101],
+]
+
+
+def alone(gen, req: BatchRequest) -> list[int]:
+    # With its load policy off the engine makes no timing-based choice at many rows; neither may one
+    # row (k="auto"'s cost rule reads measured pass times), or a seeded sample differs.
+    with gen.configured(cost_rule=False, max_batch=8, max_waiting=64):
+        return gen.generate(req.prompt_ids, req.params, k=req.k, chat=False, proposer=req.proposer).token_ids
+
+
+def mixed_requests():
+    """Different proposers, k (fixed and auto), temperatures, filters, seeds and lengths."""
+    settings = itertools.cycle([
+        ("draft", 3, SamplingParams(temperature=1.0, seed=11, max_new_tokens=12)),
+        ("ngram", 4, SamplingParams(temperature=0.0, max_new_tokens=9)),
+        ("none", 0, SamplingParams(temperature=0.8, top_k=20, seed=12, max_new_tokens=7)),
+        ("draft", "auto", SamplingParams(temperature=1.0, top_p=0.9, seed=13, max_new_tokens=15)),
+        ("draft", 2, SamplingParams(temperature=0.0, max_new_tokens=10)),
+        ("ngram", 2, SamplingParams(temperature=1.3, min_p=0.05, seed=14, max_new_tokens=11)),
+        ("hybrid", 3, SamplingParams(temperature=1.0, top_k=30, seed=15, max_new_tokens=13)),
+        ("hybrid", "auto", SamplingParams(temperature=0.0, max_new_tokens=9)),
+    ])
+    return [BatchRequest(list(PROMPTS[i % len(PROMPTS)]), params.replace(ignore_eos=True), k=k, proposer=name)
+            for i, (name, k, params) in zip(range(16), settings)]
+
+
+@pytest.mark.parametrize("max_batch", [1, 3, 8])
+def test_each_request_gets_what_it_would_get_alone(small_draft_gen, max_batch):
+    with BatchEngine(small_draft_gen, max_batch=max_batch, load_policy=False) as engine:
+        before = dict(engine.counters)
+        requests = generate_batch(engine, mixed_requests())
+        assert engine.counters["finished"] - before["finished"] == len(requests)
+        assert engine.running == 0 and engine.target.rows == 0 and engine.proposers['draft'].runner.rows == 0
+        for req in requests:
+            assert req.finish_reason == "length", req.error
+            assert req.generated == alone(small_draft_gen, req), (req.proposer, req.k, req.params)
+
+
+def test_engine_without_a_draft_model(target_model, tok):
+    """A server started for prompt lookup or plain decoding loads no draft model; rows still leave
+    and join cleanly (a finished row used to crash the step when there was no draft batch)."""
+    gen = SpeculativeGenerator.from_models(target_model, tok, "ngram")
+    with BatchEngine(gen, max_batch=3, load_policy=False) as engine:
+        requests = [r for r in mixed_requests() if r.proposer not in ("draft", "hybrid")]
+        generate_batch(engine, requests)
+        for req in requests:
+            assert req.finish_reason == "length", req.error
+            assert req.generated == alone(gen, req)
+        assert engine.running == 0 and 'draft' not in engine.proposers
+
+
+def test_rows_join_while_others_decode(twin_gen):
+    with BatchEngine(twin_gen, max_batch=4, load_policy=False) as engine:
+        first, late = mixed_requests()[:3], mixed_requests()[3:7]
+        for r in first:
+            engine.submit(r)
+        engine.step()
+        engine.step()
+        for r in late:  # join mid-flight, possibly longer than the rows already there
+            engine.submit(r)
+        engine.run_until_idle()
+        for req in first + late:
+            assert req.generated == alone(twin_gen, req)
+        # A twin draft is always accepted.
+        drafted = [r for r in first + late if r.proposer == "draft"]
+        assert all(r.stats.accepted_tokens == r.stats.drafted_tokens > 0 for r in drafted)
+
+
+def test_streaming_callback_and_stop_strings(twin_gen):
+    with BatchEngine(twin_gen, max_batch=2, load_policy=False) as engine:
+        plain = alone(twin_gen, BatchRequest([5, 6, 7], SamplingParams(max_new_tokens=20, ignore_eos=True), k=0,
+                                             proposer="none"))
+        text = twin_gen.tokenizer.decode(plain, skip_special_tokens=True)
+        stop = text[6:9]
+        pieces = []
+        req = BatchRequest([5, 6, 7], SamplingParams(max_new_tokens=20, stop=[stop], ignore_eos=True), k=3,
+                           proposer="draft", on_step=lambda r, toks, delta: pieces.append((list(toks), delta)))
+        generate_batch(engine, [req])
+        assert req.finish_reason == "stop"
+        assert req.text == text[: text.index(stop)] == "".join(d for _, d in pieces)
+        assert sum(len(t) for t, _ in pieces) == len(req.generated)
+
+
+def test_cancel_frees_the_slot(small_draft_gen):
+    with BatchEngine(small_draft_gen, max_batch=2, load_policy=False) as engine:
+        before = dict(engine.counters)
+        a, b, c = (BatchRequest([5, 6, 7], SamplingParams(max_new_tokens=40, ignore_eos=True), k=2, proposer="draft")
+                   for _ in range(3))
+        for r in (a, b, c):
+            engine.submit(r)
+        engine.step()
+        assert engine.running == 2 and engine.queued == 1
+        engine.cancel(a)
+        engine.step()  # a leaves before the step, c takes its slot
+        assert a.finish_reason == "abort" and engine.running == 2 and engine.queued == 0
+        assert engine.proposers['draft'].runner.rows == 2
+        engine.run_until_idle()
+        assert b.generated == c.generated == alone(small_draft_gen, b)
+        assert engine.counters["aborted"] - before["aborted"] == 1
+
+
+def test_queue_limit_and_bad_requests(twin_gen):
+    with BatchEngine(twin_gen, max_batch=1, max_waiting=2, load_policy=False) as engine:
+        engine.submit(BatchRequest([1, 2]))
+        engine.submit(BatchRequest([1, 2]))
+        with pytest.raises(QueueFull, match="retry later"):
+            engine.submit(BatchRequest([1, 2]))
+        with pytest.raises(RequestError, match="context"):
+            engine.check(BatchRequest(list(range(1, 10)) * 100))
+        with pytest.raises(RequestError, match="proposer"):
+            engine.check(BatchRequest([1], proposer="medusa"))
+        engine.check(BatchRequest([1], proposer="hybrid"))  # every proposer runs batched
+        with pytest.raises(InvalidParameter, match="k must be"):
+            engine.check(BatchRequest([1], k=-1))
+
+
+def test_a_failing_request_does_not_affect_the_others(twin_gen, monkeypatch):
+    with BatchEngine(twin_gen, max_batch=4, load_policy=False) as engine:
+        good = [BatchRequest([5, 6, 7], SamplingParams(max_new_tokens=8, ignore_eos=True), k=2, proposer="draft")
+                for _ in range(2)]
+        bad = BatchRequest([66, 66, 66], SamplingParams(max_new_tokens=8), k=2, proposer="draft")
+        real = engine.target.add_rows
+
+        def add_rows(prefix, count=1):
+            if prefix[:1] == [66]:
+                raise RuntimeError("simulated failure in this request's prefill")
+            return real(prefix, count)
+
+        monkeypatch.setattr(engine.target, "add_rows", add_rows)
+        generate_batch(engine, [good[0], bad, good[1]])
+        assert bad.finish_reason == "error" and "simulated" in bad.error
+        assert all(r.finish_reason == "length" and r.generated == alone(twin_gen, r) for r in good)
+
+
+def test_a_failing_batched_pass_ends_its_requests_and_the_engine_recovers(twin_gen, monkeypatch):
+    with BatchEngine(twin_gen, max_batch=4, load_policy=False) as engine:
+        victims = [BatchRequest([5, 6, 7], SamplingParams(max_new_tokens=8, ignore_eos=True), k=2) for _ in range(2)]
+        for r in victims:
+            engine.submit(r)
+        monkeypatch.setattr(engine.target, "forward",
+                            lambda rows, last_only=False: (_ for _ in ()).throw(RuntimeError("out of memory")))
+        engine.step()
+        assert all(r.finish_reason == "error" and "out of memory" in r.error for r in victims)
+        assert engine.target.rows == 0 and engine.proposers["draft"].runner.rows == 0  # caches emptied
+        monkeypatch.undo()  # the fault goes away; the engine serves on
+        later = BatchRequest([5, 6, 7], SamplingParams(max_new_tokens=8, ignore_eos=True), k=2)
+        generate_batch(engine, [later])
+        assert later.generated == alone(twin_gen, later)
+
+
+# -- the load policy ------------------------------------------------------------------------------
+
+def costs_of(verify: CostCurve, draft: CostCurve | None = None) -> PassCosts:
+    costs = PassCosts()
+    costs.verify = verify
+    if draft is not None:
+        costs.draft = draft
+    return costs
+
+
+def policy(verify: CostCurve, draft: CostCurve | None = None, **kw) -> LoadPolicy:
+    return LoadPolicy(costs_of(verify, draft), **kw)
+
+
+@contextlib.contextmanager
+def own_costs(gen, costs: PassCosts):
+    """Costs for this test alone: the fixture's generator outlives it."""
+    saved = gen.pass_costs
+    gen.pass_costs = gen.policy.costs = costs
+    try:
+        yield costs
+    finally:
+        gen.pass_costs = gen.policy.costs = saved
+
+
+def test_policy_turns_speculation_off_when_verification_cost_grows_with_width():
+    cpu_like = CostCurve({1: 0.10, 4: 0.40, 8: 0.80, 16: 1.60, 32: 3.2})  # cost ~ tokens scored
+    rows = [RowPlan(4, AcceptanceTracker(0.5), True) for _ in range(8)]
+    assert policy(cpu_like, CostCurve({1: 0.05, 8: 0.1})).cap(rows) == 0
+    gpu_like = CostCurve({1: 0.010, 8: 0.0105, 16: 0.011, 64: 0.014})  # memory-bound: nearly flat
+    two = [RowPlan(4, AcceptanceTracker(0.8), True)] * 2
+    assert policy(gpu_like, CostCurve({1: 0.001, 8: 0.0012})).cap(two) == 4
+    # Same GPU, low acceptance: drafting costs more than it returns.
+    expensive_draft = policy(gpu_like, CostCurve({1: 0.008, 8: 0.009}))
+    assert expensive_draft.cap([RowPlan(4, AcceptanceTracker(0.1), True)] * 2) == 0
+    # One row: the cap is the identity (the row's own k already is the one-row rule's choice).
+    assert expensive_draft.cap([RowPlan(4, AcceptanceTracker(0.1), True)]) == 4
+    # Cheap n-gram drafts on a flat curve pay even at modest acceptance.
+    assert policy(gpu_like).cap([RowPlan(3, AcceptanceTracker(0.6), False)] * 4) == 3
+    assert policy(cpu_like, enabled=False).cap(rows) == 4
+    # A near-tie stays plain: +4% expected tokens at equal cost is inside the margin.
+    flat = CostCurve({1: 0.1, 64: 0.1})
+    assert policy(flat).cap([RowPlan(1, AcceptanceTracker(0.04), False)] * 2) == 0
+    assert policy(flat, margin=0.0).cap([RowPlan(1, AcceptanceTracker(0.04), False)] * 2) == 1
+
+
+def test_policy_learns_what_wide_multi_row_passes_really_cost():
+    """Calibrated on one row, scoring more tokens looks free; passes over 8 rows say otherwise."""
+    flat = CostCurve({1: 0.10, 8: 0.10, 16: 0.11, 32: 0.12, 64: 0.13})
+    costs = costs_of(flat)
+    rows = [RowPlan(4, AcceptanceTracker(0.3), False)] * 8
+    assert LoadPolicy(costs).cap(rows) > 0  # believed to pay
+    for _ in range(3):
+        costs.observe_batch(8, 1, 0.20)
+        costs.observe_batch(8, 5, 0.45)
+    assert costs.verify_seconds(8, 5) == pytest.approx(0.45)
+    assert LoadPolicy(costs).cap(rows) == 0
+    # A width not yet tried over 8 rows is scaled like the passes over 8 rows that were.
+    assert costs.verify_seconds(8, 3) > 1.5 * costs.verify(24)
+    assert costs.verify_seconds(1, 3) == costs.verify(3)  # one row: the curve as measured
+
+
+def test_acceptance_tracker_follows_recent_blocks():
+    t = AcceptanceTracker()
+    for _ in range(20):
+        t.update(4, 4)
+    assert t.conditional[:4].min() > 0.9 and t.expected_tokens(4) > 4.5
+    for _ in range(40):  # rejected at the first draft: only that position is judged, and it falls
+        t.update(4, 0)
+    assert t.conditional[0] < 0.1 and t.expected_tokens(4) < 1.1
+    # What was learnt of the later positions stays, for when the first draft matches again.
+    assert t.conditional[1:4].min() > 0.9 and t.conditional[4] == 0.5  # never judged: the prior
+
+
+def test_engine_under_a_cpu_like_cost_curve_stops_drafting(small_draft_gen):
+    cpu_like = costs_of(CostCurve({1: 0.1, 4: 0.4, 8: 0.8, 32: 3.2}), CostCurve({1: 0.05, 4: 0.2}))
+    with BatchEngine(small_draft_gen, max_batch=4) as engine, own_costs(engine, cpu_like):
+        requests = [BatchRequest(list(p), SamplingParams(max_new_tokens=12, ignore_eos=True), k=4, proposer="draft")
+                    for p in PROMPTS]
+        before = dict(engine.counters)
+        generate_batch(engine, requests)
+        assert engine.counters["speculation_off_steps"] > before["speculation_off_steps"]
+        assert engine.policy.last_cap == 0
+        assert all(r.generated == alone(small_draft_gen, r) for r in requests)  # greedy: same tokens either way
+
+
+def test_calibration_fills_the_cost_curves(small_draft_gen):
+    with BatchEngine(small_draft_gen, max_batch=2) as engine, own_costs(engine, PassCosts()) as costs:
+        engine.calibrate()
+        assert sorted(costs.verify.points) == [1, 2, 4, 8, 16, 32]
+        assert sorted(costs.draft.points) == [1, 2, 4, 8]  # draft steps over 1 to 8 rows
+        assert all(v > 0 for v in costs.verify.points.values())
+        assert engine.target.rows == 0 and engine.proposers["draft"].runner.rows == 0  # scratch rows gone
+
+
+def test_nan_free_with_one_token_prompts(small_draft_gen):
+    with BatchEngine(small_draft_gen, max_batch=4, load_policy=False) as engine:
+        reqs = [BatchRequest([7], SamplingParams(temperature=1.0, seed=s, max_new_tokens=6, ignore_eos=True), k=2,
+                             proposer="draft") for s in range(3)]
+        generate_batch(engine, reqs)
+        for r in reqs:
+            assert r.generated == alone(small_draft_gen, r)
+        assert torch.isfinite(engine.target.pos.float()).all()
+
+
+def test_policy_probes_now_and_then_while_speculation_is_off():
+    cpu_like = CostCurve({1: 0.10, 4: 0.40, 8: 0.80, 16: 1.60, 32: 3.2})
+    cpu = policy(cpu_like, CostCurve({1: 0.05, 8: 0.1}), probe_every=8)
+    rows = [RowPlan(4, AcceptanceTracker(0.5), True) for _ in range(8)]
+    caps = [cpu.cap(rows) for _ in range(16)]
+    assert caps == ([0] * 7 + [1]) * 2
+
+
+def test_new_rows_start_from_the_proposers_pooled_acceptance(small_draft_gen, monkeypatch):
+    monkeypatch.setattr(small_draft_gen, "pooled_acceptance", {})
+    with BatchEngine(small_draft_gen, max_batch=4, load_policy=False) as engine:
+        generate_batch(engine, [BatchRequest(list(p), SamplingParams(max_new_tokens=12, ignore_eos=True), k=4,
+                                             proposer="draft") for p in PROMPTS])
+        assert engine.pooled("draft").rate < 0.3  # a random small draft is mostly rejected
+        assert "ngram3" not in engine.pooled_acceptance  # no lookup ran: nothing learnt
+        assert engine.pooled("ngram3").rate == 0.5  # a new source starts from the prior
+
+
+def test_draft_rows_join_late_and_rejoin_after_a_long_pause(small_draft_gen, monkeypatch):
+    with BatchEngine(small_draft_gen, max_batch=4, load_policy=False) as engine:
+        caps = iter([3, 3] + [0] * 20)
+        real_cap = engine.policy.cap
+        monkeypatch.setattr(engine.policy, "cap", lambda plans: next(caps, real_cap(plans)))
+        joins = []
+        runner = engine.proposers["draft"].runner
+        real_add = runner.add_rows
+        monkeypatch.setattr(runner, "add_rows", lambda prefix, count=1: (joins.append(len(prefix)),
+                                                                           real_add(prefix, count)))
+        reqs = [BatchRequest(list(p), SamplingParams(max_new_tokens=40, ignore_eos=True), k=3, proposer="draft")
+                for p in PROMPTS[:2]]
+        generate_batch(engine, reqs)
+        # Each row joined when it entered the batch and rejoined once after 20 steps without drafts.
+        assert len(joins) == 4 and runner.rows == 0
+        for r in reqs:
+            assert r.generated == alone(small_draft_gen, r)
