@@ -25,8 +25,9 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specdecode.backends.hf import HFRunner
+from specdecode.backends.hf_batch import BatchRunner
 from specdecode.backends.hf_static import StaticRunner
+from specdecode.backends.serial import SerialRunner
 from specdecode.tune import sync, time_step, time_widths
 
 SHAPES = {
@@ -45,10 +46,10 @@ CONTEXT = 512  # prompt tokens before the timed passes: a realistic prompt, not 
 WIDTHS = list(range(1, 17)) + [24, 32, 48, 64]
 # Runners in the order they are timed (cheapest first); verify passes always run eagerly.
 RUNNERS = {
-    "torch": lambda m: HFRunner(m),
-    "torch-static": lambda m: StaticRunner(m),
-    "torch-compiled": lambda m: StaticRunner(m, compile=True),
-    "torch-cudagraphs": lambda m: StaticRunner(m, compile=True, compile_mode="reduce-overhead"),
+    "torch": lambda m: BatchRunner(m),
+    "torch-static": lambda m: SerialRunner(StaticRunner(m)),
+    "torch-compiled": lambda m: SerialRunner(StaticRunner(m, compile=True)),
+    "torch-cudagraphs": lambda m: SerialRunner(StaticRunner(m, compile=True, compile_mode="reduce-overhead")),
 }
 
 
@@ -147,8 +148,8 @@ def main() -> None:
             try:
                 runner = make(model)
                 entry["step_s"][kind] = time_step(runner, prompt, steps=30, warmup=3)
-                if getattr(runner, "compiled", False):
-                    entry["compile_s"][kind] = runner.compile_s
+                if getattr(runner.first if isinstance(runner, SerialRunner) else runner, "compiled", False):
+                    entry["compile_s"][kind] = runner.first.compile_s
                 if role == "target" and kind in ("torch", "torch-static"):
                     entry["verify_s"][kind] = {str(w): t for w, t in
                                                time_widths(runner, prompt, WIDTHS, repeats=5).items()}
@@ -164,7 +165,7 @@ def main() -> None:
             continue
         torch._dynamo.reset()
         try:
-            runner = RUNNERS["torch-cudagraphs"](models["target"])
+            runner = RUNNERS["torch-cudagraphs"](models["target"]).first
             result["models"]["target"].setdefault("verify_s", {}).setdefault("torch-cudagraphs", {})[str(width)] = \
                 compiled_verify_s(runner, prompt, width)
             del runner

@@ -21,22 +21,22 @@ def main(specs: list[str]) -> None:
     print(llama_cpp.llama_print_system_info().decode().strip())
     for spec in specs:
         role = "draft" if "@" in spec else "target"
-        runner, _ = _load_llamacpp(spec, role)
+        runner, _ = _load_llamacpp(spec, role, max_rows=1)
         results = []
         for _ in range(2):
-            runner.reset()
             t = time.perf_counter()
-            runner.forward(list(range(1000, 1000 + PROMPT)))
+            runner.add_rows(list(range(1000, 1000 + PROMPT)))
             prefill = time.perf_counter() - t
             t = time.perf_counter()
             for i in range(30):
-                runner.forward([2000 + i])
+                runner.forward([[2000 + i]], last_only=True)
             decode = (time.perf_counter() - t) / 30
             t = time.perf_counter()
             for _ in range(10):
-                runner.forward(list(range(3000, 3005)), all_logits=True)
-                runner.truncate(runner.length - 5)
+                runner.forward([list(range(3000, 3005))])
+                runner.rollback([5])
             five = (time.perf_counter() - t) / 10
+            runner.remove_rows([0])
             results.append((prefill, decode, five))
         prefill, decode, five = min(results)
         print(f"{spec}: prefill {PROMPT} tokens {prefill:.2f} s ({PROMPT / prefill:.0f} tokens/s), "

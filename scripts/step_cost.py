@@ -6,8 +6,9 @@ compiled static step (hf-compile:), for the default draft and target after a 300
 
 import sys
 
-from specdecode.backends.hf import HFRunner
+from specdecode.backends.hf_batch import BatchRunner
 from specdecode.backends.hf_static import StaticRunner
+from specdecode.backends.serial import SerialRunner
 from specdecode.loading import load_models
 from specdecode.tune import time_step
 
@@ -22,8 +23,8 @@ def main(dtype: str = "bfloat16") -> None:
     target, _, draft, _ = load_models("default", "default", dtype)
     for name, model in (("draft", draft), ("target", target)):
         compiled = StaticRunner(model, compile=True)
-        row = {"dynamic": step_ms(HFRunner(model)), "static": step_ms(StaticRunner(model)),
-               "compiled": step_ms(compiled)}
+        row = {"dynamic": step_ms(BatchRunner(model)), "static": step_ms(SerialRunner(StaticRunner(model))),
+               "compiled": step_ms(SerialRunner(compiled))}
         print(name, " ".join(f"{k} {v:.1f} ms" for k, v in row.items()), f"(compiled in {compiled.compile_s:.0f} s)")
 
 

@@ -28,7 +28,7 @@ import tiny  # noqa: E402
 from live_server import live_server  # noqa: E402
 
 from specdecode import SpeculativeGenerator  # noqa: E402
-from specdecode.batch_engine import BatchEngine  # noqa: E402
+from specdecode.engine import EngineConfig  # noqa: E402
 from specdecode.server import create_app  # noqa: E402
 
 
@@ -83,8 +83,9 @@ async def drive(base: str, requests: int, concurrency: int, seed: int, on_tenth)
 
 def soak(requests: int = 3000, concurrency: int = 8, seed: int = 0) -> dict:
     tok = tiny.tokenizer()
-    gen = SpeculativeGenerator.from_models(tiny.model(), tok, "draft", tiny.model(hidden=32, layers=1, seed=1), tok)
-    engine = BatchEngine(gen, max_batch=8, max_waiting=4 * concurrency)
+    engine = SpeculativeGenerator.from_models(tiny.model(), tok, "draft", tiny.model(hidden=32, layers=1, seed=1), tok,
+                                              config=EngineConfig(max_batch=8, max_waiting=4 * concurrency))
+    engine.calibrate()
     proc = psutil.Process()
     rss = []
     start = time.perf_counter()

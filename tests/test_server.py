@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from live_server import live_server
-from specdecode.batch_engine import BatchEngine
+from specdecode.engine import EngineConfig, SpeculativeGenerator
 from specdecode.server import create_app
 
 MODEL = "tiny"
@@ -29,7 +29,14 @@ def metric(base: str, name: str, **labels) -> float:
     return total
 
 
-def slow(engine: BatchEngine, seconds: float) -> BatchEngine:
+def BatchEngine(gen: SpeculativeGenerator, **config) -> SpeculativeGenerator:
+    """A generator of its own over the fixture's models (tests patch it), with these knobs."""
+    draft = gen.proposers["draft"].runner.model
+    return SpeculativeGenerator.from_models(gen.target.model, gen.tokenizer, "draft", draft, gen.tokenizer,
+                                            config=EngineConfig(**config))
+
+
+def slow(engine: SpeculativeGenerator, seconds: float) -> SpeculativeGenerator:
     """Make every step take a while, so that tests can catch requests in flight."""
     step = engine.step
 
@@ -45,7 +52,7 @@ def slow(engine: BatchEngine, seconds: float) -> BatchEngine:
 def server(twin_gen):
     # Load policy off: with it on, k follows the measured costs, and a seeded *sampled* request
     # consumes its random numbers differently when k differs (same distribution, other tokens).
-    engine = BatchEngine(twin_gen, max_batch=4, max_waiting=8, load_policy=False, calibrate=False)
+    engine = BatchEngine(twin_gen, max_batch=4, max_waiting=8, load_policy=False)
     with live_server(create_app(engine, MODEL, default_k=3)) as (url, _):
         yield url, engine
 
@@ -73,7 +80,7 @@ def test_models_health_and_plain_completion(server, tok):
                             "total_tokens": len(prompt_ids) + 12}
     from specdecode.sampling import SamplingParams
 
-    alone = engine.gen.generate(prompt_ids, SamplingParams(max_new_tokens=12, ignore_eos=True), k=3, chat=False)
+    alone = engine.generate(prompt_ids, SamplingParams(max_new_tokens=12, ignore_eos=True), k=3, chat=False)
     assert out["choices"][0]["text"] == alone.text
     assert out["speculative"]["accepted_tokens"] == out["speculative"]["drafted_tokens"] > 0  # twin draft
 
@@ -133,7 +140,7 @@ def test_chat_streaming_and_not(server):
     ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
     ({"prompt": "x", "n": 2}, 400, "n must be 1"),
     ({"prompt": "x", "speculative": {"proposer": "medusa"}}, 400, "proposer"),
-    ({"prompt": "x", "speculative": {"proposer": "hybrid"}}, 400, "proposer"),
+    ({"prompt": "x", "speculative": {"proposer": "lookahead"}}, 400, "proposer"),
     ({"prompt": "x", "speculative": {"k": -2}}, 400, "k must be"),
     ({"prompt": "x" * 3000}, 400, "context"),
     ({"prompt": ""}, 400, "empty"),
@@ -154,7 +161,7 @@ def test_bad_requests_get_clear_4xx_and_the_server_stays_up(server, body, status
 
 
 def test_disconnect_mid_stream_frees_the_slot(twin_gen):
-    engine = slow(BatchEngine(twin_gen, max_batch=2, calibrate=False), 0.05)
+    engine = slow(BatchEngine(twin_gen, max_batch=2), 0.05)
     with live_server(create_app(engine, MODEL)) as (base, _):
         body = {"prompt": "abc", "max_tokens": 400, "ignore_eos": True, "stream": True}
         with httpx.stream("POST", f"{base}/v1/completions", json=body, timeout=60) as r:
@@ -168,12 +175,12 @@ def test_disconnect_mid_stream_frees_the_slot(twin_gen):
                 break
             time.sleep(0.05)
         assert metric(base, "specdecode:request_success_total", finished_reason="abort") == 1
-        assert engine.running == 0 and engine.target.batch_size == 0
+        assert engine.running == 0 and engine.target.rows == 0
         assert metric(base, "specdecode:num_requests_running") == 0
 
 
 def test_overload_gets_429_and_the_rest_complete(twin_gen):
-    engine = slow(BatchEngine(twin_gen, max_batch=1, max_waiting=1, calibrate=False), 0.02)
+    engine = slow(BatchEngine(twin_gen, max_batch=1, max_waiting=1), 0.02)
     with live_server(create_app(engine, MODEL)) as (base, _):
         results = []
 
@@ -197,15 +204,15 @@ def test_overload_gets_429_and_the_rest_complete(twin_gen):
 
 
 def test_a_failing_request_does_not_affect_the_others(twin_gen, monkeypatch):
-    engine = BatchEngine(twin_gen, max_batch=4, calibrate=False)
-    real = engine.target.add_row
+    engine = BatchEngine(twin_gen, max_batch=4)
+    real = engine.target.add_rows
 
-    def add_row(prefix):
+    def add_rows(prefix, count=1):
         if 66 in prefix:
             raise RuntimeError("simulated failure")
-        return real(prefix)
+        return real(prefix, count)
 
-    monkeypatch.setattr(engine.target, "add_row", add_row)
+    monkeypatch.setattr(engine.target, "add_rows", add_rows)
     with live_server(create_app(engine, MODEL)) as (base, _):
         bad = httpx.post(f"{base}/v1/completions", json={"prompt": [66, 66, 66], "max_tokens": 4}, timeout=60)
         assert bad.status_code == 500 and "simulated failure" in bad.json()["error"]["message"]
@@ -215,7 +222,7 @@ def test_a_failing_request_does_not_affect_the_others(twin_gen, monkeypatch):
 
 
 def test_graceful_shutdown_finishes_in_flight_requests(twin_gen):
-    engine = slow(BatchEngine(twin_gen, max_batch=2, calibrate=False), 0.02)
+    engine = slow(BatchEngine(twin_gen, max_batch=2), 0.02)
     results = []
     with live_server(create_app(engine, MODEL), timeout_graceful_shutdown=30) as (base, server):
         def fire():

@@ -165,7 +165,12 @@ def test_acceptance_chances_by_hand():
     import torch
 
     from specdecode import SamplingParams
-    from specdecode.engine import verify_drafts
+    from specdecode.proposers import Proposal
+    from specdecode.verifier import TokenVerifier
+
+    def verify_drafts(logits, drafts, q, params, generator):
+        v = TokenVerifier()(logits, Proposal(drafts, None if q is None else q[0]), params, generator)
+        return v.tokens, v.accepted, v.chances
 
     logits = torch.log(torch.tensor([[0.1, 0.6, 0.2, 0.1], [0.5, 0.1, 0.3, 0.1], [0.25, 0.25, 0.25, 0.25]]))
     q = torch.tensor([[[0.1, 0.3, 0.5, 0.1], [0.1, 0.1, 0.6, 0.2]]])
@@ -178,7 +183,7 @@ def test_acceptance_chances_by_hand():
 
 
 def test_record_pass_books_the_chance_of_reaching_each_position():
-    from specdecode.engine import GenerationStats
+    from specdecode.stats import GenerationStats
 
     s = GenerationStats()
     s.record_pass(3, 1, 0.0, 0.0, [0.9, 0.5, 0.8])
@@ -215,15 +220,15 @@ def test_control_a_biased_chance_is_detected(near_draft_gen, monkeypatch):
     import numpy as np
     from scipy import stats
 
-    from specdecode import engine
+    from specdecode.verifier import TokenVerifier, Verdict
 
-    real = engine.verify_drafts
+    real = TokenVerifier.__call__
 
-    def squared(*args, **kwargs):
-        tokens, accepted, chances = real(*args, **kwargs)
-        return tokens, accepted, [c * c for c in chances]
+    def squared(self, *args, **kwargs):
+        v = real(self, *args, **kwargs)
+        return Verdict(v.tokens, v.accepted, [c * c for c in v.chances])
 
-    monkeypatch.setattr(engine, "verify_drafts", squared)
+    monkeypatch.setattr(TokenVerifier, "__call__", squared)
     realised, expected = map(np.asarray, run_totals(near_draft_gen))
     assert stats.ttest_1samp(realised - expected, 0.0).pvalue < 1e-3
 

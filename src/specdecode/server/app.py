@@ -1,8 +1,8 @@
 """OpenAI-compatible HTTP server over the batched engine.
 
 One worker thread runs the engine's `step()` whenever there is work (the same step `generate` runs);
-HTTP handlers (asyncio) only validate, queue a Request, and read what the worker hands back through
-an asyncio queue. A
+HTTP handlers (asyncio) only validate, queue an engine Request, and read what the worker hands back
+through an asyncio queue. A
 client that goes away cancels its request, which leaves the batch before the next step.
 """
 
@@ -23,7 +23,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ..engine import SpeculativeGenerator
 from ..prompts import chat_ids
-from ..request import QueueFull, Request, RequestError
+from ..request import QueueFull, RequestError
+from ..request import Request as EngineRequest
 from ..sampling import InvalidParameter
 from .metrics import ServerMetrics
 from .protocol import ChatRequest, CommonRequest, CompletionRequest
@@ -42,12 +43,12 @@ class EngineWorker:
     def start(self) -> None:
         self.thread.start()
 
-    def submit(self, req: Request) -> None:
+    def submit(self, req: EngineRequest) -> None:
         self.engine.submit(req)
         self.metrics.waiting.labels(**self.metrics.labels).set(self.engine.queued)
         self.wake.set()
 
-    def cancel(self, req: Request) -> None:
+    def cancel(self, req: EngineRequest) -> None:
         self.engine.cancel(req)
         self.wake.set()
 
@@ -169,7 +170,7 @@ def create_app(engine: SpeculativeGenerator, model_name: str, default_k: int | s
                 raise InvalidParameter(f"max_tokens must be >= 1, got {wanted}")
             max_new = min(wanted or default_max_tokens, max(room, 1))
             spec = body.speculative
-            req = Request(prompt_ids, body.sampling(max_new),
+            req = EngineRequest(prompt_ids, body.sampling(max_new),
                                k=spec.k if spec and spec.k is not None else default_k,
                                proposer=spec.proposer if spec else None)
             engine.check(req)
@@ -202,7 +203,7 @@ def _bridge(loop: asyncio.AbstractEventLoop, events: asyncio.Queue, metrics: Ser
     """on_step for the worker thread: book metrics, hand the step to the request's asyncio queue."""
     seen = {"steps": 0, "last_end": 0.0}
 
-    def on_step(req: Request, tokens: list[int], delta: str) -> None:
+    def on_step(req: EngineRequest, tokens: list[int], delta: str) -> None:
         for step in req.stats.steps[seen["steps"]:]:
             metrics.step(step.drafted, step.accepted, step.emitted, step.end_s - seen["last_end"],
                          first=seen["last_end"] == 0.0)
@@ -215,7 +216,7 @@ def _bridge(loop: asyncio.AbstractEventLoop, events: asyncio.Queue, metrics: Ser
     return on_step
 
 
-async def _events(req: Request, events: asyncio.Queue, request: Request,
+async def _events(req: EngineRequest, events: asyncio.Queue, request: Request,
                   worker: EngineWorker) -> AsyncIterator[tuple[list[int], str, bool]]:
     """The request's steps as they come; a client that disconnects cancels the request."""
     try:
@@ -273,12 +274,12 @@ def _openai_reason(reason: str | None) -> str | None:
     return {"stop": "stop", "length": "length", "abort": "abort", "error": "error"}.get(reason or "", reason)
 
 
-def _usage(req: Request) -> dict:
+def _usage(req: EngineRequest) -> dict:
     prompt, completion = len(req.prompt_ids), len(req.generated)
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-def _full_response(req: Request, text: str, rid: str, model: str, chat: bool) -> dict:
+def _full_response(req: EngineRequest, text: str, rid: str, model: str, chat: bool) -> dict:
     reason = _openai_reason(req.finish_reason)
     if chat:
         choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
