@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from specdecode.costs import AcceptanceTracker, CostCurve, PassCosts
-from specdecode.engine import SpeculativeGenerator
+from specdecode import SpeculativeGenerator
 from specdecode.load_policy import LoadPolicy, RowPlan
 from specdecode.request import QueueFull, Request, RequestError
 from specdecode.sampling import InvalidParameter, SamplingParams

@@ -30,7 +30,16 @@ def test_missing_extra_is_a_clear_error(monkeypatch):
 def draft_runner():
     from specdecode.models import resolve
 
-    return llamacpp.LlamaCppRunner.load(resolve("default", "draft").gguf, n_ctx=1024)
+    return llamacpp.LlamaCppRunner.load(resolve("default", "draft").gguf, n_ctx=1024, max_rows=4)
+
+
+def logits_of(runner, prefix: list[int], tokens: list[int]) -> torch.Tensor:
+    """Logits of `tokens` after `prefix`, on a scratch row that leaves again."""
+    runner.add_rows(prefix)
+    try:
+        return runner.forward([tokens])[0]
+    finally:
+        runner.remove_rows([runner.rows - 1])
 
 
 @needs_llamacpp
@@ -38,33 +47,50 @@ def draft_runner():
 def test_block_logits_equal_one_by_one_and_rollback_restores(draft_runner):
     r = draft_runner
     ids = list(range(1000, 1012))
-    r.reset()
-    block = r.forward(ids, all_logits=True)
+    block = logits_of(r, [], ids)
     assert block.shape == (12, r.vocab_size) and block.dtype == torch.float32
-    assert r.length == 12
-    r.reset()
-    r.forward(ids[:4])
-    singles = torch.stack([r.forward([t])[0] for t in ids[4:]])
+    r.add_rows(ids[:4])
+    singles = torch.stack([r.forward([[t]])[0][0] for t in ids[4:]])
+    assert r.length(0) == 12
     # llama.cpp's batched and single-token kernels round differently: close, not equal (arbitrary
     # ids make near-ties, so the argmax may flip on a few positions).
     assert (singles - block[4:]).abs().max() < 0.5
     assert (singles.argmax(-1) == block[4:].argmax(-1)).float().mean() >= 0.75
-    # Rolling back 5 positions and feeding other tokens gives what a cache that never saw them
-    # gives (up to the same batched-kernel rounding: the 7 kept tokens were computed in a batch of 12).
-    r.truncate(7)
-    assert r.length == 7
-    after_rollback = r.forward([5, 6, 7], all_logits=True)
-    r.reset()
-    r.forward(ids[:7])
-    fresh = r.forward([5, 6, 7], all_logits=True)
+    # Rolling back 5 positions and feeding other tokens gives what a cache that never saw them gives.
+    r.rollback([5])
+    assert r.length(0) == 7
+    after_rollback = r.forward([[5, 6, 7]])[0]
+    r.remove_rows([0])
+    fresh = logits_of(r, ids[:7], [5, 6, 7])
     assert torch.equal(after_rollback.argmax(-1), fresh.argmax(-1))
     rounding = (after_rollback - fresh).abs().max()
     # Control: the same tokens after the 5 rejected ones (no rollback) give quite other logits.
-    r.reset()
-    r.forward(ids)
-    assert (r.forward([5, 6, 7], all_logits=True) - fresh).abs().max() > 5 * rounding
-    with pytest.raises(ValueError, match="cannot truncate"):
-        r.truncate(99)
+    assert (logits_of(r, ids, [5, 6, 7]) - fresh).abs().max() > 5 * rounding
+    assert r.rows == 0
+
+
+@needs_llamacpp
+@pytest.mark.realmodel
+def test_rows_are_sequences_of_one_context(draft_runner):
+    """Rows sharing a prompt are prefilled once and copied; each row then goes its own way, and a
+    row's logits do not depend on the rows beside it (beyond kernel rounding)."""
+    r = draft_runner
+    prefix = list(range(2000, 2010))
+    r.add_rows(prefix, 3)
+    feeds = [[1, 2, 3], [4], [5, 6]]
+    together = r.forward(feeds)
+    r.rollback([1, 0, 2])
+    assert [r.length(b) for b in range(3)] == [12, 11, 10]
+    r.remove_rows([1])  # the middle row leaves; the others keep their caches
+    more = r.forward([[9], [8, 7]])
+    r.remove_rows([0, 1])
+    for b, feed in enumerate(feeds):
+        alone = logits_of(r, prefix, feed)
+        assert torch.equal(alone.argmax(-1), together[b].argmax(-1)), b
+    assert torch.equal(more[0].argmax(-1), logits_of(r, prefix + [1, 2], [9]).argmax(-1))
+    assert torch.equal(more[1].argmax(-1), logits_of(r, prefix, [8, 7]).argmax(-1))
+    with pytest.raises(ValueError, match="at most 4 rows"):
+        r.add_rows(prefix, 5)
 
 
 def test_unknown_quantisation_is_a_clear_error():
@@ -89,9 +115,7 @@ def test_requantised_draft_is_smaller_and_still_agrees(draft_runner):
     # The layers' matrices go to Q4_0 (mostly Q5_0 before); llama.cpp keeps the output projection at Q8_0.
     assert types["blk.0.attn_q.weight"] == "Q4_0" and types["output.weight"] == "Q8_0"
     ids = list(range(1000, 1012))
-    runner.reset()
-    draft_runner.reset()
-    a, b = runner.forward(ids, all_logits=True), draft_runner.forward(ids, all_logits=True)
+    a, b = logits_of(runner, [], ids), logits_of(draft_runner, [], ids)
     # Same model at another precision: mostly the same top token.
     assert (a.argmax(-1) == b.argmax(-1)).float().mean() >= 0.5
 
@@ -108,6 +132,28 @@ def test_llamacpp_draft_for_a_torch_target_is_exact_greedy():
     plain = gen.generate(PROMPT, params, k=0, proposer="none")
     assert spec.token_ids == plain.token_ids
     assert spec.stats["acceptance_rate"] > 0.3  # the same family of models agrees on such a prompt
+
+
+@needs_llamacpp
+@pytest.mark.realmodel
+def test_llamacpp_target_and_draft_batch_like_one_request():
+    """Both models on llama.cpp, several requests at once: each row gets the tokens it gets alone
+    (greedy; the target's batched kernels may round a near-tie otherwise, hence short outputs)."""
+    from specdecode.request import Request
+
+    gen = SpeculativeGenerator.from_pretrained(target="llamacpp:default", draft="llamacpp:default@q4_0",
+                                               proposer="hybrid")
+    params = SamplingParams(max_new_tokens=12)
+    prompts = [PROMPT, "Write a Python function that reverses a list.", PROMPT]
+    reqs = [Request(gen.encode(p), params, k=k, proposer=name)
+            for p, k, name in zip(prompts, (3, "auto", 2), ("hybrid", "draft", "ngram"))]
+    for req in reqs:
+        gen.submit(req)
+    gen.run_until_idle()
+    for req in reqs:
+        alone = gen.generate(req.prompt_ids, params, k=0, chat=False, proposer="none")
+        assert req.finish_reason == "length" and req.generated == alone.token_ids
+    assert gen.target.rows == 0 and gen.proposers["draft"].runner.rows == 0
 
 
 @needs_llamacpp

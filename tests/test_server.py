@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from live_server import live_server
-from specdecode.engine import EngineConfig, SpeculativeGenerator
+from specdecode import EngineConfig, SpeculativeGenerator
 from specdecode.server import create_app
 
 MODEL = "tiny"

@@ -262,7 +262,7 @@ def test_verify_curve_is_fitted_non_decreasing():
 
 
 def test_generate_takes_the_draft_window_from_a_config(monkeypatch, capsys, tiny_dirs, tmp_path):
-    from specdecode.engine import SpeculativeGenerator
+    from specdecode import SpeculativeGenerator
 
     saved = tmp_path / "tuned.json"
     saved.write_text(json.dumps({"proposer": "draft", "k": 2, "target": tiny_dirs["target"],

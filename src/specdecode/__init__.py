@@ -1,6 +1,7 @@
 """specdecode: exact speculative decoding with draft-model and n-gram proposers."""
 
-from .engine import GenerationOutput, RequestError, SpeculativeGenerator
+from .engine import Engine, EngineConfig, GenerationOutput, RequestError
+from .loading import SpeculativeGenerator
 from .models import ModelError
 from .rejection import rejection_sample
 from .sampling import InvalidParameter, SamplingParams, probs_from_logits
@@ -8,6 +9,8 @@ from .sampling import InvalidParameter, SamplingParams, probs_from_logits
 __version__ = "0.1.0"
 
 __all__ = [
+    "Engine",
+    "EngineConfig",
     "GenerationOutput",
     "InvalidParameter",
     "ModelError",

@@ -101,7 +101,7 @@ def generate(
                                                                 "proposer, k, models and dtypes replace the flags"),
 ):
     """Generate text with speculative decoding, streaming it, then a one-line summary."""
-    from .engine import SpeculativeGenerator
+    from .loading import SpeculativeGenerator
 
     from .backends.hf import world_size
 
@@ -175,7 +175,8 @@ def verify(
     """Check that speculative sampling gives the target's distribution, on real models."""
     from rich.progress import Progress
 
-    from .engine import EngineConfig, SpeculativeGenerator
+    from .engine import EngineConfig
+    from .loading import SpeculativeGenerator
     from .goodness import one_sample
     from .proposers import PROPOSERS
     from .verify import compare, first_token_probs, sample_continuations
@@ -770,7 +771,7 @@ def tune(
 
 
 def SpeculativeGenerator_from(target, draft, dtype, draft_dtype, draft_context=None):
-    from .engine import SpeculativeGenerator
+    from .loading import SpeculativeGenerator
 
     return SpeculativeGenerator.from_pretrained(target=target, draft=draft, proposer="draft" if draft else "none",
                                                dtype=dtype, draft_dtype=draft_dtype, draft_context=draft_context)
@@ -806,7 +807,8 @@ def serve(
     except ImportError as exc:
         raise InvalidParameter(f"the server needs the serve extra ({exc.name} is missing): "
                                "pip install 'specdecode[serve]'") from None
-    from .engine import EngineConfig, SpeculativeGenerator
+    from .engine import EngineConfig
+    from .loading import SpeculativeGenerator
 
     window = 0
     if config:
@@ -844,7 +846,7 @@ def demo(
     draft_dtype: Optional[str] = DraftDType,
 ):
     """Run the default pair on two prompts with the draft, ngram and none proposers; print a table."""
-    from .engine import SpeculativeGenerator
+    from .loading import SpeculativeGenerator
 
     gen = SpeculativeGenerator.from_pretrained(target="default", draft="default", proposer="draft", dtype=dtype,
                                                draft_dtype=draft_dtype)

@@ -42,8 +42,7 @@ from .verifier import RejectFn, TokenVerifier, Verdict
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EngineConfig", "GenerationOutput", "QueueFull", "Request", "RequestError", "SpeculativeGenerator",
-           "chat_ids"]
+__all__ = ["Engine", "EngineConfig", "GenerationOutput", "QueueFull", "Request", "RequestError", "chat_ids"]
 
 
 @dataclass(frozen=True)
@@ -71,8 +70,11 @@ class _Plan:
     k: int
 
 
-class SpeculativeGenerator:
-    """Exact speculative decoding over a target Runner and Proposers, for any number of requests."""
+class Engine:
+    """Exact speculative decoding over a target Runner and Proposers, for any number of requests.
+
+    `specdecode.SpeculativeGenerator` is this engine with constructors that load models (loading.py).
+    """
 
     def __init__(self, target: Runner, tokenizer, proposers: dict[str, Proposer], default_proposer: str = "draft",
                  eos_token_ids: Sequence[int] = (), config: EngineConfig | None = None):
@@ -95,27 +97,6 @@ class SpeculativeGenerator:
         self.waiting: deque[Request] = deque()
         self._lock = threading.Lock()
         self.counters = {"steps": 0, "speculation_off_steps": 0, "admitted": 0, "finished": 0, "aborted": 0}
-
-    @classmethod
-    def from_pretrained(cls, target: str = "default", draft: str | None = "default", proposer: str = "draft",
-                        dtype: str = "auto", **options) -> "SpeculativeGenerator":
-        """Load models by spec ('default', a directory, a .gguf file, a cached Hugging Face id).
-
-        `draft` is ignored unless the proposer needs a draft model. Every generator can also run
-        "ngram" and "none" per request. Options: draft_dtype, ngram_max, ngram_min, draft_context,
-        config (EngineConfig).
-        """
-        from .loading import load_generator
-
-        return load_generator(target=target, draft=draft, proposer=proposer, dtype=dtype, **options)
-
-    @classmethod
-    def from_models(cls, target_model, tokenizer, proposer: str = "draft", draft_model=None, draft_tokenizer=None,
-                    **options) -> "SpeculativeGenerator":
-        """Wrap already-loaded transformers models or runners (e.g. built from a config in a test)."""
-        from .loading import build_generator
-
-        return build_generator(target_model, tokenizer, proposer, draft_model, draft_tokenizer, **options)
 
     @property
     def proposer(self) -> Proposer:

@@ -5,9 +5,30 @@ from __future__ import annotations
 from .backends.hf import load_model, logit_width, parse_dtype, world_size
 from .backends.hf_batch import BatchRunner
 from .backends.serial import SerialRunner
-from .engine import EngineConfig, SpeculativeGenerator
+from .engine import Engine, EngineConfig
 from .models import ModelError, check_vocab_compatible, resolve, split_backend
 from .proposers import PROPOSERS, DraftModelProposer, HybridProposer, NgramProposer, NoProposer
+
+
+class SpeculativeGenerator(Engine):
+    """The engine (engine.Engine), with constructors that load the models."""
+
+    @classmethod
+    def from_pretrained(cls, target: str = "default", draft: str | None = "default", proposer: str = "draft",
+                        dtype: str = "auto", **options) -> "SpeculativeGenerator":
+        """Load models by spec ('default', a directory, a .gguf file, a cached Hugging Face id).
+
+        `draft` is ignored unless the proposer needs a draft model. Every generator can also run
+        "ngram" and "none" per request. Options: draft_dtype, ngram_max, ngram_min, draft_context,
+        config (engine.EngineConfig).
+        """
+        return load_generator(target=target, draft=draft, proposer=proposer, dtype=dtype, **options)
+
+    @classmethod
+    def from_models(cls, target_model, tokenizer, proposer: str = "draft", draft_model=None, draft_tokenizer=None,
+                    **options) -> "SpeculativeGenerator":
+        """Wrap already-loaded transformers models or runners (e.g. built from a config in a test)."""
+        return build_generator(target_model, tokenizer, proposer, draft_model, draft_tokenizer, **options)
 
 
 def load_generator(

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from scipy.optimize import isotonic_regression
 
-from .engine import SpeculativeGenerator
+from .engine import Engine
 from .sampling import SamplingParams
 
 CONFIG_KEYS = ("proposer", "k", "target", "draft", "dtype", "draft_dtype", "draft_context")
@@ -129,7 +129,7 @@ def time_step(runner, prompt_ids: list[int], steps: int = 10, warmup: int = 0) -
     return statistics.median(times[warmup:])
 
 
-def measure_costs(gen: SpeculativeGenerator, prompt_ids: list[int], max_width: int = 16, repeats: int = 5) -> Costs:
+def measure_costs(gen: Engine, prompt_ids: list[int], max_width: int = 16, repeats: int = 5) -> Costs:
     """The target's verify pass by width, the draft's cost per token and one n-gram lookup.
 
     A pass over more tokens never costs less, so the widths' medians are fitted non-decreasing
@@ -155,7 +155,7 @@ def monotone(by_width: dict[int, float]) -> dict[int, float]:
     return {w: float(t) for w, t in zip(widths, fitted)}
 
 
-def measure_acceptance(gen: SpeculativeGenerator, prompts: list[list[int]], proposers: list[str], k_max: int,
+def measure_acceptance(gen: Engine, prompts: list[list[int]], proposers: list[str], k_max: int,
                        params: SamplingParams, progress=None) -> dict[str, list[dict]]:
     """Run every prompt at k_max with each proposer; per proposer, the per-prompt stats, to be pooled
     by `acceptance_from`. The proposers take turns on each prompt, in alternating order, so that
@@ -278,7 +278,7 @@ def recommend(predictions: list[Prediction]) -> Prediction:
     return max(predictions, key=lambda p: p.predicted_tokens_per_s)
 
 
-def measured_tokens_per_s(gen: SpeculativeGenerator, prompts: list[list[int]], proposer: str, k: int,
+def measured_tokens_per_s(gen: Engine, prompts: list[list[int]], proposer: str, k: int,
                           params: SamplingParams, progress=None) -> float:
     tokens = seconds = 0.0
     for ids in prompts:

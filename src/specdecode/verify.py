@@ -14,14 +14,14 @@ from collections.abc import Callable
 
 import torch
 
-from .engine import SpeculativeGenerator
+from .engine import Engine
 from .goodness import FitResult, one_sample, two_sample
 from .naive import naive_rejection_sample
 from .request import Request
 from .sampling import SamplingParams, probs_from_logits
 
 
-def sample_continuations(gen: SpeculativeGenerator, prompt_ids: list[int], n: int, length: int,
+def sample_continuations(gen: Engine, prompt_ids: list[int], n: int, length: int,
                          params: SamplingParams, k: int | str, proposer: str, seed: int, naive: bool = False,
                          progress: Callable[[int], None] | None = None) -> list[tuple[int, ...]]:
     """n continuations of `length` tokens; request i is seeded with seed + i."""
@@ -47,7 +47,7 @@ def sample_continuations(gen: SpeculativeGenerator, prompt_ids: list[int], n: in
 
 
 @torch.inference_mode()
-def first_token_probs(gen: SpeculativeGenerator, prompt_ids: list[int], params: SamplingParams) -> dict[int, float]:
+def first_token_probs(gen: Engine, prompt_ids: list[int], params: SamplingParams) -> dict[int, float]:
     """The target's exact distribution of the first new token, after the sampling transform (a scratch
     row on the idle engine's target)."""
     if not gen.idle():

@@ -11,7 +11,7 @@ from typing import Protocol
 import psutil
 import torch
 
-from ..engine import SpeculativeGenerator
+from ..engine import Engine
 from ..loading import backend_name, torch_model
 from ..sampling import SamplingParams
 
@@ -51,7 +51,7 @@ class Method(Protocol):
 class EngineMethod:
     takes_auto = True
 
-    def __init__(self, name: str, gen: SpeculativeGenerator, label: str | None = None):
+    def __init__(self, name: str, gen: Engine, label: str | None = None):
         self.proposer = ENGINE_METHODS[name]
         if self.proposer not in gen.proposers:
             raise ValueError(f"{name} needs a draft model: give --draft")
@@ -183,7 +183,7 @@ class LlamaCppMethod:
         return Run(token_ids=tokens, total_s=total, steps=steps, peak_rss_bytes=mem.peak)
 
 
-def make_method(name: str, gen: SpeculativeGenerator, target_spec: str, target_model, tokenizer, draft_model,
+def make_method(name: str, gen: Engine, target_spec: str, target_model, tokenizer, draft_model,
                 assistant=None):
     """One bench method over the loaded models; raises with the reason when it cannot run here.
     `assistant`: hf-assisted's draft (default: draft_model), a transformers model or None."""

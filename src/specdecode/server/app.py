@@ -21,7 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from ..engine import SpeculativeGenerator
+from ..engine import Engine
 from ..prompts import chat_ids
 from ..request import QueueFull, RequestError
 from ..request import Request as EngineRequest
@@ -33,7 +33,7 @@ from .protocol import ChatRequest, CommonRequest, CompletionRequest
 class EngineWorker:
     """The one thread that drives the engine."""
 
-    def __init__(self, engine: SpeculativeGenerator, metrics: ServerMetrics):
+    def __init__(self, engine: Engine, metrics: ServerMetrics):
         self.engine = engine
         self.metrics = metrics
         self.wake = threading.Event()
@@ -94,7 +94,7 @@ class Rejected(Exception):
         self.status, self.message, self.kind = status, message, kind
 
 
-def create_app(engine: SpeculativeGenerator, model_name: str, default_k: int | str = 4, default_max_tokens: int = 256,
+def create_app(engine: Engine, model_name: str, default_k: int | str = 4, default_max_tokens: int = 256,
                shutdown_grace_s: float = 30.0) -> FastAPI:
     metrics = ServerMetrics(model_name)
     worker = EngineWorker(engine, metrics)
