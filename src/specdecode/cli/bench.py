@@ -1,0 +1,231 @@
+"""`specdecode bench`: in-process methods side by side, or a running server (--endpoint)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from ..sampling import InvalidParameter, SamplingParams
+from . import (DType, Draft, DraftContext, DraftDType, Target, app, check_draft_context, err, out, parse_k, parse_list)
+
+
+@app.command()
+def bench(
+    workload: str = typer.Option("spec-bench", "--workload", help="spec-bench, code (24 Python function prompts), or a JSONL file in Spec-Bench's format; several joined by commas"),
+    categories: Optional[str] = typer.Option(None, "--categories", help="comma-separated (e.g. coding,qa,mt_bench)"),
+    limit: Optional[int] = typer.Option(None, "--limit", help="prompts in all, an equal number per category"),
+    turns: str = typer.Option("first", "--turns", help="first | all (a conversation, each turn measured)"),
+    prompt_lengths: Optional[str] = typer.Option(None, "--prompt-lengths",
+                                                 help="synthetic sweep, e.g. 128,512,2048 (replaces --workload)"),
+    methods: str = typer.Option("plain,draft,ngram,hf,hf-assisted", "--methods",
+                                help="plain,draft,ngram,hybrid,hf,hf-assisted,hf-pld,llamacpp,llamacpp-pld"),
+    k: str = typer.Option("2,4", "--k", help="comma-separated k values, may include auto"),
+    temperature: str = typer.Option("0", "--temperature", help="comma-separated, e.g. 0,1"),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens"),
+    repeats: int = typer.Option(1, "--repeats"),
+    seed: int = typer.Option(0, "--seed"),
+    concurrency: str = typer.Option("1", "--concurrency", help="offline bench runs one request at a time"),
+    target: str = Target,
+    draft: str = Draft,
+    dtype: str = DType,
+    draft_dtype: Optional[str] = DraftDType,
+    draft_context: int = DraftContext,
+    out_dir: str = typer.Option("bench-out", "--out", help="directory for results.json, report.md and plots"),
+    config: Optional[str] = typer.Option(None, "--config", help="a `tune --save` file: its models and dtypes are "
+                                                                "used and its k joins the grid"),
+    endpoint: Optional[str] = typer.Option(None, "--endpoint", help="load-test an OpenAI-compatible server at URL"),
+    requests: int = typer.Option(32, "--requests", help="with --endpoint: requests per concurrency level"),
+    request_rate: Optional[float] = typer.Option(None, "--request-rate", help="with --endpoint: Poisson arrivals "
+                                                                             "per second (default: all at once)"),
+    model: Optional[str] = typer.Option(None, "--model", help="with --endpoint: model name (default: the first "
+                                                              "of /v1/models)"),
+    api: str = typer.Option("chat", "--api", help="with --endpoint: chat | completions"),
+    tokenizer_spec: Optional[str] = typer.Option(None, "--tokenizer", help="with --endpoint: a model spec whose "
+                                                                           "tokenizer counts tokens per chunk"),
+    ignore_eos: bool = typer.Option(False, "--ignore-eos", help="generate exactly --max-new-tokens per prompt "
+                                    "(with --endpoint: ignore_eos in each request, as vLLM's benchmark does), so "
+                                    "methods and servers are compared on equal work"),
+):
+    """Benchmark plain decoding, our proposers and transformers' peers side by side, or (--endpoint)
+    a running OpenAI-compatible server under load."""
+    if endpoint:
+        return bench_endpoint(endpoint, workload, categories, limit, concurrency, requests, request_rate,
+                              max_new_tokens, temperature, model, api, tokenizer_spec, seed, out_dir, ignore_eos)
+    from pathlib import Path
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+        TimeRemainingColumn
+
+    from ..backends.hf import parse_dtype
+    from ..bench.methods import ALL_METHODS, EngineMethod, make_method
+    from ..bench.report import environment, write_outputs
+    from ..bench.runner import BenchConfig, Grid, aggregate, run_grid
+    from ..bench.workloads import length_sweep, load_workload
+    from ..loading import backend_name, build_generator, load_draft, load_models, torch_model
+
+    if config:
+        from ..tune import load_config
+
+        saved = load_config(config)
+        target, draft = saved.get("target", target), saved.get("draft") or draft
+        dtype, draft_dtype = saved.get("dtype", dtype), saved.get("draft_dtype", draft_dtype)
+        draft_context = saved.get("draft_context", draft_context)
+        if "k" in saved and str(saved["k"]) not in k.split(","):
+            k = f"{k},{saved['k']}"
+    method_names = parse_list(methods, str, "--methods")
+    unknown = [m for m in method_names if m not in ALL_METHODS]
+    if unknown:
+        raise InvalidParameter(f"unknown methods {unknown}: choose from {', '.join(ALL_METHODS)}")
+    k_values = [parse_k(x) for x in parse_list(k, str, "--k")]
+    if any(x != "auto" and x < 1 for x in k_values):
+        raise InvalidParameter("--k values must be >= 1 or auto")
+    temps = parse_list(temperature, float, "--temperature")
+    if parse_list(concurrency, int, "--concurrency") != [1]:
+        raise InvalidParameter("the offline bench runs one request at a time (--concurrency 1); for load at "
+                               "higher concurrency, drive a server with --endpoint URL")
+    if turns not in ("first", "all"):
+        raise InvalidParameter(f"--turns is first or all, got {turns!r}")
+    if repeats < 1:
+        raise InvalidParameter("--repeats must be >= 1")
+    for t in temps:
+        SamplingParams(temperature=t)  # validates
+    window = check_draft_context(draft_context)
+    config = BenchConfig(k_values, temps, max_new_tokens, repeats, seed, turns, ignore_eos=ignore_eos)
+    SamplingParams(max_new_tokens=max_new_tokens)
+    if prompt_lengths is None:
+        prompts = load_workload(workload, parse_list(categories, str, "--categories") if categories else None, limit)
+
+    needs_draft = any(m in ("draft", "hybrid", "hf-assisted") for m in method_names)
+    resolved_dtype, resolved_draft = parse_dtype(dtype), parse_dtype(draft_dtype or dtype)
+    # Several drafts (e.g. hf:default,llamacpp:default) are compared in one run: the first is
+    # `draft` (and hf-assisted's assistant), the others are methods named draft-<backend>.
+    drafts = [d.strip() for d in (draft or "").split(",") if d.strip()] if needs_draft else []
+    target_model, tokenizer, draft_model, draft_tok = load_models(target, drafts[0] if drafts else None,
+                                                                  resolved_dtype, resolved_draft)
+    if prompt_lengths is not None:
+        prompts = length_sweep(tokenizer, parse_list(prompt_lengths, int, "--prompt-lengths"))
+    gen = build_generator(target_model, tokenizer, "draft" if draft_model is not None else "none", draft_model,
+                          draft_tok, draft_context=window)
+    too_long = [(p.id, p.category, n) for p in prompts
+                if (n := len(gen.encode(p.turns[0]))) + max_new_tokens > gen.target.max_context]
+    if too_long:
+        raise InvalidParameter(
+            f"{len(too_long)} prompts do not fit the target's context of {gen.target.max_context} tokens with "
+            f"--max-new-tokens {max_new_tokens} (e.g. prompt {too_long[0][0]} in {too_long[0][1]}: {too_long[0][2]} "
+            "tokens); choose other --categories or fewer --max-new-tokens")
+    others = [(spec, *load_draft(spec, resolved_draft, target_model, tokenizer)) for spec in drafts[1:]] \
+        if needs_draft else []
+    # hf-assisted needs a transformers assistant: the first draft in the list that is one.
+    assistant = next((m for m in [draft_model, *(o[1] for o in others)] if torch_model(m) is not None), None)
+    grid = Grid([])
+    for name in method_names:
+        try:
+            grid.methods.append(make_method(name, gen, target, target_model, tokenizer, draft_model, assistant))
+        except Exception as exc:  # noqa: BLE001 - e.g. the llamacpp extra is not installed: reported below
+            grid.skipped[name] = f"{type(exc).__name__}: {exc}"
+    if "draft" in method_names:
+        for spec, other, other_tok in others:
+            label = f"draft-{backend_name(other)}"
+            if "@" in spec:  # a requantised llama.cpp draft: draft-llamacpp-q4_0
+                label += "-" + spec.rpartition("@")[2].lower()
+            if any(m.name == label for m in grid.methods):  # two drafts of one backend: name the spec
+                label = "draft-" + "".join(ch if ch.isalnum() or ch in "._@" else "-" for ch in spec.strip())
+            grid.methods.append(EngineMethod("draft", build_generator(target_model, tokenizer, "draft", other,
+                                                                      other_tok, draft_context=window), label=label))
+    # Warm-up: every method once on a short prompt, untimed. A method this environment cannot run
+    # is reported as skipped with the reason instead of failing the whole bench.
+    warm = SamplingParams(max_new_tokens=4, temperature=0.0)
+    warmed: set[str] = set()
+    for method, kk in grid.points(k_values):
+        if method.name in warmed:
+            continue
+        warmed.add(method.name)
+        try:
+            method.run(tokenizer("Hello")["input_ids"], warm, kk)
+        except Exception as exc:  # noqa: BLE001 - reported, not hidden
+            grid.skipped[method.name] = f"{type(exc).__name__}: {exc}"
+    grid.methods = [m for m in grid.methods if m.name not in grid.skipped]
+    for name, why in grid.skipped.items():
+        err.print(f"skipping {name}: {why}", highlight=False, markup=False)
+    total = len(prompts) * len(temps) * repeats * len(grid.points(k_values)) * (
+        1 if turns == "first" else max(len(p.turns) for p in prompts))
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("ETA"), TimeRemainingColumn()]
+    with Progress(*columns, console=err) as progress:
+        task = progress.add_task("bench", total=total)
+        runs = run_grid(grid, prompts, tokenizer, config,
+                        progress=lambda label: progress.update(task, advance=1, description=label))
+    records = aggregate(runs)
+    env = environment(resolved_dtype, resolved_draft, target, draft)
+    cfg = {"workload": prompt_lengths and f"prompt lengths {prompt_lengths}" or workload, "categories": categories,
+           "limit": limit, "turns": turns, "methods": method_names, "k": k_values, "temperature": temps,
+           "max_new_tokens": max_new_tokens, "repeats": repeats, "seed": seed, "concurrency": 1,
+           "prompts": len(prompts), "draft_context": window}
+    write_outputs(Path(out_dir), records, runs, env, cfg, grid.skipped)
+    table = Table("method", "k", "T", "tok/s", "speedup", "acceptance", "mean acc.", "TTFT ms", "ITL p50 ms")
+    for r in records:
+        if r["category"] != "all":
+            continue
+        table.add_row(r["method"], "-" if r["k"] is None else str(r["k"]), f"{r['temperature']:g}",
+                      f"{r['tokens_per_s']:.2f}", "-" if r["speedup_vs_plain"] is None else f"{r['speedup_vs_plain']:.2f}x",
+                      "-" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.1%}",
+                      "-" if r["mean_accepted_tokens"] is None else f"{r['mean_accepted_tokens']:.2f}",
+                      "-" if r["ttft_s"] is None else f"{r['ttft_s'] * 1000:.0f}",
+                      "-" if r["itl_p50_s"] is None else f"{r['itl_p50_s'] * 1000:.0f}")
+    out.print(table)
+    out.print(f"wrote {out_dir}/results.json, {out_dir}/report.md and plots")
+
+
+def bench_endpoint(endpoint, workload, categories, limit, concurrency, requests, request_rate, max_new_tokens,
+                   temperature, model, api, tokenizer_spec, seed, out_dir, ignore_eos=False) -> None:
+    from pathlib import Path
+
+    from ..bench.endpoint import run_endpoint_bench
+    from ..bench.report import write_endpoint_outputs
+    from ..bench.workloads import load_workload
+
+    levels = parse_list(concurrency, int, "--concurrency")
+    if any(c < 1 for c in levels):
+        raise InvalidParameter("--concurrency values must be >= 1")
+    if requests < 1:
+        raise InvalidParameter("--requests must be >= 1")
+    if request_rate is not None and request_rate <= 0:
+        raise InvalidParameter("--request-rate must be > 0")
+    if api not in ("chat", "completions"):
+        raise InvalidParameter(f"--api is chat or completions, got {api!r}")
+    if not endpoint.startswith(("http://", "https://")):
+        raise InvalidParameter(f"--endpoint must be an http(s) URL, got {endpoint!r}")
+    temps = parse_list(temperature, float, "--temperature")
+    prompts = [p.turns[0] for p in load_workload(workload, parse_list(categories, str, "--categories")
+                                                 if categories else None, limit)]
+    tokenizer = None
+    if tokenizer_spec:
+        from transformers import AutoTokenizer
+
+        from ..models import resolve
+
+        tokenizer = AutoTokenizer.from_pretrained(str(resolve(tokenizer_spec, "tokenizer").path))
+    records, raw = [], []
+    for t in temps:
+        r, w = run_endpoint_bench(endpoint, prompts, levels, requests, request_rate, max_new_tokens, t, tokenizer,
+                                  api == "chat", model, seed=seed, extra_body={"ignore_eos": True} if ignore_eos else None,
+                                  progress=lambda c: err.print(f"concurrency {c} done", highlight=False))
+        records += r
+        raw += w
+    write_endpoint_outputs(Path(out_dir), records, raw, {"endpoint": endpoint, "concurrency": levels,
+                                                         "requests_per_level": requests, "request_rate": request_rate,
+                                                         "max_new_tokens": max_new_tokens, "api": api,
+                                                         "ignore_eos": ignore_eos,
+                                                         "prompts": len(prompts)})
+    table = Table("concurrency", "T", "ok/requests", "tok/s", "req/s", "TTFT ms", "ITL p50/p90/p99 ms", "TPOT ms",
+                  "acceptance")
+    for r in records:
+        ms = lambda v: "-" if v is None else f"{v * 1000:.0f}"  # noqa: E731
+        table.add_row(str(r["concurrency"]), f"{r['temperature']:g}", f"{r['requests'] - r['errors']}/{r['requests']}",
+                      f"{r['tokens_per_s']:.2f}", f"{r['request_throughput']:.2f}", ms(r["ttft_s"]),
+                      f"{ms(r['itl_p50_s'])}/{ms(r['itl_p90_s'])}/{ms(r['itl_p99_s'])}", ms(r["tpot_s"]),
+                      "-" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.1%}")
+    out.print(table)
+    out.print(f"wrote {out_dir}/results.json, {out_dir}/report.md and plots")

