@@ -191,7 +191,7 @@ class LlamaCppRunner:
 
     def _decode(self, feeds: list[tuple[int, list[int]]], last_only: bool) -> list[torch.Tensor]:
         """Every (row, tokens) in as few llama_decode calls as n_batch allows; logits where wanted."""
-        wanted: list[tuple[int, int]] = []  # (row, position in its feed) of each logit, in batch order
+        wanted: list[tuple[int, int]] = []  # (row, index in the llama_batch) of each logit wanted
         out: dict[int, list[torch.Tensor]] = {b: [] for b, _ in feeds}
         batch, n = self._batch, 0
 
@@ -204,7 +204,7 @@ class LlamaCppRunner:
             if code != 0:
                 raise RuntimeError(f"llama_decode returned {code} (no free KV cells: fewer rows or a larger "
                                    "context)" if code == 1 else f"llama_decode returned {code}")
-            for i, (b, _) in enumerate(wanted):
+            for b, i in wanted:  # llama_get_logits_ith takes the token's index in the batch
                 ptr = self._lib.llama_get_logits_ith(self._ctx.ctx, i)
                 out[b].append(torch.from_numpy(np.ctypeslib.as_array(ptr, shape=(self.vocab_size,)).copy()))
             wanted.clear()
@@ -221,7 +221,7 @@ class LlamaCppRunner:
                 batch.seq_id[n][0] = self.seq[b]
                 batch.logits[n] = keep
                 if keep:
-                    wanted.append((b, j))
+                    wanted.append((b, n))
                 n += 1
             self.lengths[b] += len(tokens)
         flush()
