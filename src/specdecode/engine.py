@@ -29,6 +29,7 @@ import torch
 
 from .adaptive import AdaptiveK, SourceChoice
 from .backends.base import Runner
+from .calibration import calibrate
 from .costs import AcceptanceTracker, PassCosts
 from .load_policy import LoadPolicy, RowPlan
 from .prompts import Prompt, chat_ids, encode
@@ -339,24 +340,16 @@ class Engine:
 
     def _commit(self, r: Request, proposal: Proposal, verdict: Verdict, draft_s: float, verify_s: float) -> bool:
         """Book one verified pass for a row and emit its tokens; True when the request is finished."""
-        stats = r.stats
-        stats.record_pass(len(proposal.tokens), verdict.accepted, draft_s, verify_s, verdict.chances,
-                          proposal.source)
-        emitted, done = [], False
-        for token in verdict.tokens:
-            emitted.append(token)
-            if r.emit(token, self.target.max_context):
-                done = True
-                break
-        now = time.perf_counter() - r.submitted_at
-        stats.steps.append(StepRecord(now, len(proposal.tokens), verdict.accepted, len(emitted)))
-        if stats.target_passes == 1:
-            stats.ttft_s = now
+        r.stats.record_pass(len(proposal.tokens), verdict.accepted, draft_s, verify_s, verdict.chances,
+                            proposal.source)
+        emitted, done = r.commit(verdict.tokens, self.target.max_context)
+        r.stats.steps.append(StepRecord(time.perf_counter() - r.submitted_at, len(proposal.tokens), verdict.accepted,
+                                        len(emitted)))
+        if r.stats.target_passes == 1:
+            r.stats.ttft_s = r.stats.steps[-1].end_s
         if done:
             r.finish()
-        delta = "".join(r.pending)
-        r.pending.clear()
-        self._notify(r, emitted, delta)
+        r.notify(emitted)
         return done
 
     def _leave(self, rows: list[Request], reason: str | None) -> None:
@@ -371,22 +364,14 @@ class Engine:
             if reason is not None:
                 r.finish(reason)
                 self.counters["aborted"] += 1
-                self._notify(r, [], "")
+                r.notify([])
             else:
                 self.counters["finished"] += 1
 
     def _finish_unstarted(self, req: Request, reason: str) -> None:
         req.finish(reason)
         self.counters["aborted" if reason == "abort" else "finished"] += 1
-        self._notify(req, [], "")
-
-    @staticmethod
-    def _notify(req: Request, tokens: list[int], text: str) -> None:
-        if req.on_step is not None:
-            try:
-                req.on_step(req, tokens, text)
-            except Exception:  # a broken consumer loses its own stream, not the batch
-                req.cancelled = True
+        req.notify([])
 
     def fail_running(self, exc: BaseException) -> None:
         """A batched pass failed (a bug or out of memory): end the requests in it with an error and
@@ -403,7 +388,7 @@ class Engine:
             r.error, r.exception = error, exc
             r.finish("error")
             self.counters["finished"] += 1
-            self._notify(r, [], "")
+            r.notify([])
 
     # -- learnt state ----------------------------------------------------------------------------
 
@@ -411,32 +396,12 @@ class Engine:
         """A source's acceptance over all recent requests (the prior of a new request's own)."""
         return self.pooled_acceptance.setdefault(source, AcceptanceTracker(decay=0.98))
 
-    @torch.inference_mode()
-    def calibrate(self, widths: tuple[int, ...] = (1, 2, 4, 8, 16, 32)) -> None:
-        """Time a few target passes of growing width on a scratch row, and draft steps over growing
-        numbers of rows, to start the cost curves before real passes refine them. Call it while idle."""
+    def calibrate(self) -> None:
+        """Start the cost curves from a few timed passes (calibration.py); call it while idle."""
         if not self.idle():
             raise RuntimeError("calibrate() needs an idle engine")
-        scratch = list(range(1, 17))
-        self.target.add_rows(scratch)
-        self.target.forward([[1]])  # warm-up, not booked
-        self.target.rollback([1])
-        for w in widths:
-            t = time.perf_counter()
-            self.target.forward([list(range(1, w + 1))])
-            self.pass_costs.verify.observe(w, time.perf_counter() - t)
-            self.target.rollback([w])
-        self.target.remove_rows([0])
-        drafter = self.proposers.get("draft")
-        if drafter is None:
-            return
-        runner = drafter.runner
-        for rows in widths[:4]:
-            runner.add_rows(scratch, rows)
-            t = time.perf_counter()
-            runner.forward([[1]] * rows, last_only=True)
-            self.pass_costs.draft.observe(rows, time.perf_counter() - t)
-            runner.remove_rows(list(range(runner.rows - rows, runner.rows)))
+        draft = self.proposers.get("draft")
+        calibrate(self.pass_costs, self.target, draft.runner if draft is not None else None)
 
 
 def check_k(k) -> None:

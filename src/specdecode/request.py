@@ -78,6 +78,23 @@ class Request:
 
         self.stream = TextStream(tokenizer, params.stop, on_token)
 
+    def commit(self, tokens: list[int], max_context: int) -> tuple[list[int], bool]:
+        """Emit a verified block token by token, up to the first stop: (tokens emitted, finished)."""
+        for n, token in enumerate(tokens, 1):
+            if self.emit(token, max_context):
+                return tokens[:n], True
+        return list(tokens), False
+
+    def notify(self, tokens: list[int]) -> None:
+        """Hand this step's tokens and the text that became final with them to on_step."""
+        delta = "".join(self.pending)
+        self.pending.clear()
+        if self.on_step is not None:
+            try:
+                self.on_step(self, tokens, delta)
+            except Exception:  # a broken consumer loses its own stream, not the batch
+                self.cancelled = True
+
     def emit(self, token: int, max_context: int) -> bool:
         """Append one token and apply the stop rules; True when the request is finished."""
         self.context.append(token)
