@@ -71,3 +71,16 @@ class Proposer(Protocol):
                 min_confidence: list[float]) -> list[Proposal]:
         """Up to ks[i] tokens following rows[i].context, from sources[i] (None: the proposer's own
         choice)."""
+
+
+class Stateless:
+    """For proposers that keep nothing per row (the lookup reads the context each time)."""
+
+    def join(self, rows) -> None:
+        pass
+
+    def leave(self, rows) -> None:
+        pass
+
+    def clear(self) -> None:
+        pass

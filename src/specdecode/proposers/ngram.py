@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Proposal
+from .base import Proposal, Stateless
 
 
-class NgramProposer:
+class NgramProposer(Stateless):
     """Match the last n tokens (n from max_n down to min_n) anywhere earlier in prompt + output.
 
     The most recent match wins: in generated text the latest repetition is the best predictor of
@@ -28,15 +28,6 @@ class NgramProposer:
         self.max_n = max_n
         self.min_n = min_n
         self.sources = tuple(f"ngram{n}" for n in range(max_n, min_n - 1, -1))
-
-    def join(self, rows) -> None:
-        pass
-
-    def leave(self, rows) -> None:
-        pass
-
-    def clear(self) -> None:
-        pass
 
     def reach(self, row, k: int) -> dict[str, int]:
         """How far each source reaches now: the matched length's, the others nothing."""

@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-from .base import Proposal
+from .base import Proposal, Stateless
 
 
-class NoProposer:
+class NoProposer(Stateless):
     name = "none"
     sources = ("none",)
     uses_draft_model = False
-
-    def join(self, rows) -> None:
-        pass
-
-    def leave(self, rows) -> None:
-        pass
-
-    def clear(self) -> None:
-        pass
 
     def reach(self, row, k: int) -> dict[str, int]:
         return {"none": 0}
