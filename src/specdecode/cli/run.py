@@ -223,46 +223,47 @@ def serve(
     uvicorn.run(app_, host=host, port=port, log_level="warning", timeout_graceful_shutdown=shutdown_timeout)
 
 
-DEMO_PROMPTS = [
-    "Write a Python function that checks whether a string is a palindrome, ignoring case and punctuation.",
-    "Explain in three sentences what a hash map is.",
-]
-
-
 @app.command()
 def demo(
-    k: int = typer.Option(4, "--k"),
     max_new_tokens: int = typer.Option(96, "--max-new-tokens"),
     dtype: str = DType,
-    draft_dtype: Optional[str] = DraftDType,
+    draft: Optional[str] = typer.Option(None, "--draft", help="draft model (default: the cheapest this "
+                                                                 "installation has)"),
+    proposer: str = typer.Option("hybrid", "--proposer"),
+    k: str = typer.Option("auto", "--k"),
 ):
-    """Run the default pair on two prompts with the draft, ngram and none proposers; print a table."""
+    """The best configuration this installation offers (by default the hybrid proposer with the
+    cheapest draft and k=auto) beside plain decoding on three prompts, greedy."""
+    from .. import demo as demo_
     from ..loading import SpeculativeGenerator
 
-    gen = SpeculativeGenerator.from_pretrained(target="default", draft="default", proposer="draft", dtype=dtype,
-                                               draft_dtype=draft_dtype)
-    params = SamplingParams(max_new_tokens=max_new_tokens)
-    gen.generate("Hi", SamplingParams(max_new_tokens=4), k=k, proposer="none")  # warm-up
-    err.print(f"target {gen.info['dtype']}, draft {gen.info['draft_dtype']}, k={k}, greedy, "
-              f"{max_new_tokens} new tokens at most", highlight=False)
-    table = Table("prompt", "proposer", "tokens", "tok/s", "speedup", "acceptance", "mean accepted", "same as plain")
-    for i, prompt in enumerate(DEMO_PROMPTS):
-        out.rule(f"prompt {i + 1}: {prompt}")
-        plain = gen.generate(prompt, params, k=k, proposer="none")
-        out.print(plain.text, highlight=False, markup=False)
-        for name in ("none", "draft", "ngram"):
-            result = plain if name == "none" else gen.generate(prompt, params, k=k, proposer=name)
-            s = result.stats
-            print(summary_line(s, name, k), file=sys.stderr)
-            # In bf16/int8, batched verification and one-token decoding round differently, so
-            # greedy outputs can part after a near-tie; say so rather than hide it.
-            same = "yes" if result.token_ids == plain.token_ids else f"no, from token {_first_difference(result.token_ids, plain.token_ids)}"
-            table.add_row(str(i + 1), name, str(s["new_tokens"]), f"{s['tokens_per_s']:.2f}",
-                          f"{s['tokens_per_s'] / plain.stats['tokens_per_s']:.2f}x",
-                          "-" if name == "none" else f"{s['acceptance_rate']:.1%}", f"{s['mean_accepted_tokens']:.2f}",
-                          same)
+    spec, why = (draft, draft) if draft else demo_.best_draft()
+    steps = parse_k(k)
+    gen = SpeculativeGenerator.from_pretrained(target="default", draft=spec, proposer=proposer, dtype=dtype,
+                                               draft_dtype="int8")
+    # The cost rule of k=auto starts from timed passes rather than from nothing.
+    gen.calibrate()
+    gen.generate("Hi", SamplingParams(max_new_tokens=8), k=steps, proposer=proposer)
+    err.print(f"target {gen.info['dtype']} (torch), draft: {why}; {proposer} k={k}; greedy, {max_new_tokens} new "
+              "tokens at most; plain and speculative interleaved on each prompt", highlight=False)
+    table = Table("prompt", "method", "tokens", "decode tok/s", "speedup", "acceptance", "tokens/pass",
+                  "same as plain")
+
+    def show(row):
+        if row.method == "plain":
+            out.rule(f"prompt {row.prompt}: {demo_.PROMPTS[row.prompt - 1].splitlines()[0]}")
+            out.print(row.text, highlight=False, markup=False)
+        s = row.stats
+        table.add_row(str(row.prompt), row.method, str(s["new_tokens"]), f"{s['decode_tokens_per_s']:.2f}",
+                      f"{row.speedup:.2f}x", "-" if row.method == "plain" else f"{s['acceptance_rate']:.0%}",
+                      f"{s['mean_accepted_tokens']:.2f}",
+                      "yes" if row.same_as_plain else f"no, from token {row.first_difference}")
+
+    rows = demo_.run(gen, demo_.PROMPTS, SamplingParams(max_new_tokens=max_new_tokens), proposer, steps, show)
     out.print(table)
-
-
-def _first_difference(a: list[int], b: list[int]) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    ups = [r.speedup for r in rows if r.method != "plain"]
+    out.print(f"{proposer} k={k}: {', '.join(f'{u:.2f}x' for u in ups)} plain decode speed on the "
+              f"{len(ups)} prompts", highlight=False)
+    for row in rows:
+        for note in demo_.explain(row, gen.info["dtype"]):
+            out.print(note, highlight=False)
