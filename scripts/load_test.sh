@@ -20,6 +20,7 @@ for s in $SERVERS; do
     ngram) flags="--proposer ngram --k 4" ;;
     draft) flags="--proposer draft --k 4" ;;
     draft-policy-off) flags="--proposer draft --k 4 --load-policy off" ;;
+    hybrid-lc) flags="--proposer hybrid --draft llamacpp:default@q4_0 --k auto --draft-context 128" ;;
     *) echo "unknown server $s" >&2; exit 2 ;;
   esac
   PORT[$s]=$port
