@@ -141,6 +141,9 @@ def test_chat_streaming_and_not(server):
     ({"prompt": "x", "n": 2}, 400, "n must be 1"),
     ({"prompt": "x", "speculative": {"proposer": "medusa"}}, 400, "proposer"),
     ({"prompt": "x", "speculative": {"proposer": "lookahead"}}, 400, "proposer"),
+    ({"prompt": "x", "response_format": {"type": "json_object"}}, 400, "response_format is not supported"),
+    ({"prompt": "x", "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools is not supported"),
+    ({"prompt": "x", "logit_bias": {"5": 100}}, 400, "logit_bias"),
     ({"prompt": "x", "speculative": {"k": -2}}, 400, "k must be"),
     ({"prompt": "x" * 3000}, 400, "context"),
     ({"prompt": ""}, 400, "empty"),
@@ -158,6 +161,14 @@ def test_bad_requests_get_clear_4xx_and_the_server_stays_up(server, body, status
     assert words.lower() in r.json()["error"]["message"].lower()
     ok = httpx.post(f"{base}/v1/completions", json={"prompt": "ab", "max_tokens": 2}, timeout=60)
     assert ok.status_code == 200
+
+
+def test_fields_that_change_nothing_are_accepted_and_every_proposer_serves(server):
+    base, _ = server
+    for extra in ({"user": "alice", "metadata": {"a": "b"}}, {"response_format": {"type": "text"}},
+                  {"speculative": {"proposer": "hybrid", "k": "auto"}}):
+        r = httpx.post(f"{base}/v1/completions", json={"prompt": "abab", "max_tokens": 4, **extra}, timeout=60)
+        assert r.status_code == 200, (extra, r.text)
 
 
 def test_disconnect_mid_stream_frees_the_slot(twin_gen):

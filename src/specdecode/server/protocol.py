@@ -1,7 +1,8 @@
 """The OpenAI request bodies we accept, and how they become a Request.
 
-Unknown fields are ignored (clients send many); fields we cannot honour (n > 1, logprobs,
-penalties, echo) are refused with a message rather than silently dropped. Extensions, as in vLLM:
+Fields that would change the output and are not implemented (REFUSED, n > 1, logprobs, penalties,
+echo) are refused with a 400 that names them, never silently dropped; other unknown fields, which
+change nothing a client gets (user, metadata, ...), are accepted. Extensions, as in vLLM:
 top_k, min_p, ignore_eos, stop_token_ids, and `speculative: {"proposer": ..., "k": ...}` to
 override the server's proposer and k for one request.
 """
@@ -27,8 +28,23 @@ class Speculative(BaseModel):
     k: int | Literal["auto"] | None = None
 
 
+# OpenAI, vLLM and SGLang request fields that change what a client gets, which this server does not
+# implement: a request that sets one is refused (400 naming the field), never answered as if it had
+# not (docs/serving.md lists every field and what happens to it). Fields that change nothing of the
+# output (user, metadata, store, service_tier, parallel_tool_calls without tools, ...) are accepted.
+REFUSED = ("response_format", "tools", "tool_choice", "functions", "function_call", "logit_bias", "top_logprobs",
+           "prompt_logprobs", "repetition_penalty", "length_penalty", "best_of", "use_beam_search", "suffix",
+           "min_tokens", "bad_words", "allowed_token_ids", "guided_json", "guided_regex", "guided_choice",
+           "guided_grammar", "structured_outputs", "prediction", "modalities", "audio", "logits_processors")
+
+
+def _is_text(response_format) -> bool:
+    """response_format {"type": "text"} is the default: plain text, honoured as it is."""
+    return isinstance(response_format, dict) and response_format.get("type") == "text"
+
+
 class CommonRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="allow")  # kept, so that unsupported() can see them
     model: str | None = None
     max_tokens: int | None = None
     temperature: float = 1.0
@@ -48,6 +64,11 @@ class CommonRequest(BaseModel):
     speculative: Speculative | None = None
 
     def unsupported(self) -> str | None:
+        for name in REFUSED:
+            value = (self.model_extra or {}).get(name)
+            if value not in (None, False, 0, "", [], {}) and not (name == "response_format" and _is_text(value)):
+                return f"{name} is not supported by this server; it would change the output, so the request is " \
+                       "refused rather than answered without it (see docs/serving.md)"
         if self.n != 1:
             return "n must be 1: one completion per request is supported"
         if self.logprobs not in (None, False, 0):
