@@ -22,16 +22,22 @@ LLAMA_WHEELS := $(or $(SPECDECODE_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/
 
 .PHONY: install demo test clean
 
+# pip's notices about this machine's package sources (index folders that do not exist here) are
+# filtered out of the install output; pip's own exit status still decides (pipefail).
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+QUIET := 2>&1 | { grep -v -e 'is ignored: it is neither a file nor a directory' || true; }
+
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q --upgrade pip $(QUIET)
 	# The CPU wheel of torch on this machine; a looser spec would pull a CUDA build.
-	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q torch==2.13.0 $(QUIET)
 	# llama-cpp-python compiles llama.cpp (~7 min on 2 cores, once per set of CPU flags).
 	ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1 || CMAKE_ARGS="$(strip $(LLAMA_CMAKE_ARGS))" \
-		$(PY) -m pip wheel -q --no-deps --no-cache-dir -w $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_VERSION)
-	$(PY) -m pip install -q $(LLAMA_WHEELS)/llama_cpp_python-*.whl
-	$(PY) -m pip install -q -e '.[all,dev,llamacpp]'
+		$(PY) -m pip wheel -q --no-deps --no-cache-dir -w $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_VERSION) $(QUIET)
+	$(PY) -m pip install -q $(LLAMA_WHEELS)/llama_cpp_python-*.whl $(QUIET)
+	$(PY) -m pip install -q -e '.[all,dev,llamacpp]' $(QUIET)
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -262,3 +262,30 @@ def test_short_soak_no_failures_no_leftovers():
     # A client that hangs up after its request already finished is not an abort.
     assert 0 < report["aborted_in_metrics"] <= report["outcomes"].get("hung up", 0)
     assert report["rss_growth_mb"] < 100, report["rss_mb"]
+
+
+def test_the_official_openai_client(server, tok):
+    """What users run: the openai package, chat and completions, streaming and not, our extension
+    through extra_body, and a refused field surfacing as the client's BadRequestError."""
+    import openai
+
+    base, engine = server
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="none", max_retries=0)
+    chat = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "abc"}], max_tokens=8,
+                                          temperature=0, extra_body={"ignore_eos": True})
+    assert chat.choices[0].finish_reason == "length" and chat.usage.completion_tokens == 8
+    pieces = [c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "abc"}], max_tokens=8, temperature=0, stream=True,
+        extra_body={"ignore_eos": True}) if c.choices]
+    assert "".join(pieces) == chat.choices[0].message.content
+    text = client.completions.create(model=MODEL, prompt="abab", max_tokens=6, temperature=0, seed=3,
+                                     extra_body={"ignore_eos": True, "speculative": {"proposer": "hybrid", "k": 2}})
+    prompt_ids = tok("abab")["input_ids"]
+    from specdecode.sampling import SamplingParams
+
+    alone = engine.generate(prompt_ids, SamplingParams(max_new_tokens=6, ignore_eos=True), k=0, chat=False,
+                            proposer="none")
+    assert text.choices[0].text == alone.text
+    with pytest.raises(openai.BadRequestError, match="response_format"):
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "abc"}], max_tokens=4,
+                                       response_format={"type": "json_object"})
