@@ -6,9 +6,8 @@ exact.
   cost here (`PassCosts`, learnt from every pass) and this request's recent acceptance by position
   (c_j: draft j accepted given that the drafts before it were; counted from each draft's chance
   min(1, p/q) rather than the sampler's coin, see AcceptanceTracker.update):
-  rate(k) = (1 + c_1 + c_1 c_2 + ... + c_1...c_k) / (k * draft_token_s + verify(1 + k)). With an
-  expensive draft (on a CPU the 0.5B draft costs 0.4-0.5 of a target pass) it holds k at 1-3 and
-  moves it with the acceptance;
+  rate(k) = (1 + c_1 + c_1 c_2 + ... + c_1...c_k) / (k * draft_token_s + verify(1 + k)) (costs.py).
+  With an expensive draft it holds k short and moves it with the acceptance;
   with free n-gram drafts and a flat verify curve it drafts as far as the lookup reaches, where a
   rejection-driven controller would cut k after every miss and lose the rare long match; and it
   turns drafting off (k = 0, plain decoding, with a periodic one-token probe so that a change in
@@ -41,9 +40,8 @@ class AdaptiveK:
     k_min: int = 1
     min_confidence: float = 0.4
     # Speculate only when the best k beats plain decoding by this fraction. None by default: for
-    # one request a wrong "on" and a wrong "off" cost alike, and with a draft model that pays 10-15%
-    # at best (c ~ 0.5 on a CPU) a 5% margin turned it off on every unlucky run of rejections:
-    # k=auto then drafted less than k=1 in 4 of 6 Spec-Bench categories (greedy, 12 prompts).
+    # one request a wrong "on" and a wrong "off" cost alike, and a margin turns a draft that pays
+    # little (c ~ 0.5 on a CPU) off after every unlucky run of rejections (docs/choosing-k.md).
     margin: float = 0.0
     acceptance: AcceptanceTracker = field(default_factory=AcceptanceTracker)
 

@@ -7,7 +7,7 @@ reaching position i). A_i is counted from each pass's acceptance chances (the pr
 min(1, p/q) up to position i) rather than from its realised accept/reject draws: the same
 expectation, with the rejection step's own randomness integrated out. One acceptance run at k_max
 gives A_i for every smaller k; the verify cost is
-measured for every width because on CPUs it is not flat (see the README). The bare verify curve and
+measured for every width because on CPUs it is not flat (docs/choosing-k.md). The bare verify curve and
 the bare draft step are then scaled to what the acceptance runs' real passes cost.
 """
 
@@ -258,12 +258,12 @@ def verify_scale(costs: Costs, accs: list[Acceptance]) -> float:
 
 
 def draft_scale(costs: Costs, accs: list[Acceptance]) -> float:
-    """The bare draft step is a few seconds' sample of a machine whose speed drifts (76, 88, 107 and
-    81 ms in four tune runs of session 10), and real draft tokens also pay for catching the draft
-    up on the tokens the last pass accepted and, sampling, for the full q the rejection step needs.
-    Scale the step so that it agrees in total with the acceptance runs' draft time (minutes of
-    passes, interleaved with the other proposers), pooled like `verify_scale`; real draft tokens
-    cost the same per token at k = 1 as at k = 6 (98 ms in session 10's T = 1 sweep), so a factor."""
+    """The bare draft step is a few seconds' sample of a machine whose speed drifts, and real draft
+    tokens also pay for catching the draft up on the tokens the last pass accepted and, sampling,
+    for the full q the rejection step needs. Scale the step so that it agrees in total with the
+    acceptance runs' draft time (minutes of passes, interleaved with the other proposers), pooled
+    like `verify_scale`. A factor, not an offset: real draft tokens cost the same per token at
+    k = 1 as at k = 6 (docs/choosing-k.md)."""
     measured = modelled = 0.0
     for acc in accs:
         tokens = acc.model_tokens(acc.k_max)

@@ -71,7 +71,7 @@ def load_model(path: str, dtype: str, tensor_parallel: bool = False) -> tuple[Pr
     (fbgemm). On CPUs without AVX-512 bf16 it is several times faster than bf16, whose matmuls
     then run one row at a time. Activations are quantised per tensor, so a token's logits depend
     slightly on the other tokens in the same pass: use it for drafts freely, and for a target only
-    knowing that verification then perturbs p (see the README).
+    knowing that verification then perturbs p (docs/backends.md).
     """
     dtype = parse_dtype(dtype)
     # transformers' per-tensor progress bars and notices drown the CLI's own output.

@@ -153,10 +153,9 @@ def next_draft(logits: torch.Tensor, params: SamplingParams, generator: torch.Ge
     this position (at temperature 1) is at least min_confidence.
 
     The top probability, not the sampled token's: greedy they are the same, but when sampling, a
-    draft that spreads its mass draws tokens it gives < 0.4 most of the time even where target and
-    draft agree and the next drafts are accepted (temperature 1, Spec-Bench: 85% of k=auto's draft
-    passes stopped after one token, while k=2 had 73% of its drafts accepted). How spread the draft
-    is says how sure it is; which token the sampler drew is noise.
+    draft that spreads its mass draws tokens it gives little probability most of the time even
+    where target and draft agree and the next drafts are accepted (docs/choosing-k.md). How spread
+    the draft is says how sure it is; which token the sampler drew is noise.
 
     The token is kept either way: its forward pass is paid for, and dropping a sampled draft
     because of its own value would keep only some samples of q (see Proposer.propose). Stopping
