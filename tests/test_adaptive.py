@@ -258,7 +258,8 @@ def test_auto_learns_from_chances(twin_gen, monkeypatch):
     for k in ("auto", 2):
         seen.clear()
         with twin_gen.configured(cost_rule=False):
-            twin_gen.generate("abc", SamplingParams(max_new_tokens=12, temperature=1.0, seed=3), k=k, chat=False,
+            twin_gen.generate("abc", SamplingParams(max_new_tokens=12, temperature=1.0, seed=3, sampler="standard"), k=k,
+                              chat=False,
                               proposer="draft")
         drafted_passes = [(d, n) for d, n in seen if d > 0]
         assert drafted_passes and all(n == d for d, n in drafted_passes)

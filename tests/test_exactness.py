@@ -184,7 +184,8 @@ def test_same_seed_same_tokens_and_batch_independence():
 
 BATCH_N = 1500
 BATCH_PROMPT = [5, 6, 7, 8]
-TOPK = SamplingParams(temperature=1.0, top_k=3, max_new_tokens=3, ignore_eos=True)
+# The standard rule (seeded requests would default to the drafter-invariant sampler, tested below).
+TOPK = SamplingParams(temperature=1.0, top_k=3, max_new_tokens=3, ignore_eos=True, sampler="standard")
 
 
 def exact_model_joint(model, prompt, params, L):

@@ -198,7 +198,8 @@ def run_totals(gen, runs=300):
 
     realised, expected = [], []
     for seed in range(runs):
-        out = gen.generate("ab", SamplingParams(max_new_tokens=8, temperature=1.0, seed=seed, ignore_eos=True), k=3,
+        out = gen.generate("ab", SamplingParams(max_new_tokens=8, temperature=1.0, seed=seed, ignore_eos=True,
+                                                sampler="standard"), k=3,
                            chat=False, proposer="draft")
         realised.append(sum(out.stats["accepted_per_position"]))
         expected.append(sum(out.stats["expected_per_position"]))

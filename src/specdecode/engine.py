@@ -39,7 +39,7 @@ from .request import QueueFull, Request, RequestError
 from .sampling import InvalidParameter, SamplingParams
 from .stats import GenerationOutput, StepRecord
 from .textstream import OnToken
-from .verifier import RejectFn, TokenVerifier, Verdict
+from .verifier import InvariantVerifier, RejectFn, TokenVerifier, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,7 @@ class Engine:
         self.pooled_acceptance: dict[str, AcceptanceTracker] = {}
         self.policy = LoadPolicy(self.pass_costs, enabled=self.config.load_policy)
         self.verifier = TokenVerifier(self.config.reject)
+        self.invariant = InvariantVerifier()
         self.rows: list[Request] = []  # in the target runner's row order
         self.waiting: deque[Request] = deque()
         self._lock = threading.Lock()
@@ -211,7 +212,7 @@ class Engine:
         proposals = self._propose(rows, plans)
         t1 = time.perf_counter()
         logits = self.target.forward([[r.context[-1]] + p.tokens for r, p in zip(rows, proposals)])
-        verdicts = [self.verifier(logits[b], proposals[b], r.params, r.generator) for b, r in enumerate(rows)]
+        verdicts = [self._verify(r, logits[b], proposals[b]) for b, r in enumerate(rows)]
         self.target.rollback([len(p.tokens) - v.accepted for p, v in zip(proposals, verdicts)])
         t2 = time.perf_counter()
         self._learn(rows, plans, proposals, verdicts, t1 - t0, t2 - t1)
@@ -219,6 +220,14 @@ class Engine:
         self._leave(finished, None)
 
     # -- pieces of the step ----------------------------------------------------------------------
+
+    def _verify(self, r: Request, logits: torch.Tensor, proposal: Proposal) -> Verdict:
+        """The row's rule: the standard rejection step with its own generator, or the drafter-invariant
+        one with the noise of its positions (invariant.py)."""
+        if r.invariant:
+            start = len(r.context)
+            return self.invariant(logits, proposal, r.params, lambda i: r.noise(start + i))
+        return self.verifier(logits, proposal, r.params, r.generator)
 
     def _admit(self) -> None:
         """Waiting requests join while there is room; requests with the same prompt are prefilled
@@ -251,7 +260,8 @@ class Engine:
         for req in group:
             proposer = self.get_proposer(req.proposer)
             req.proposer = req.proposer or self.default_proposer
-            req.start(self.tokenizer, self.eos_token_ids, self.pooled(proposer.sources[0]).conditional)
+            req.start(self.tokenizer, self.eos_token_ids, self.pooled(proposer.sources[0]).conditional,
+                      self.target.vocab_size, not proposer.uses_draft_model)
             if req.k == "auto":
                 req.auto = SourceChoice({source: AdaptiveK(
                     k_max=self.config.k_max, min_confidence=self.config.min_confidence,

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .costs import AcceptanceTracker
+from .invariant import gumbel
 from .sampling import SamplingParams
 from .stats import GenerationStats
 from .textstream import OnToken, TextStream
@@ -57,16 +58,36 @@ class Request:
     auto: object | None = None  # adaptive.SourceChoice under k="auto"
     acceptance: AcceptanceTracker | None = None  # recent acceptance, for the load policy
     pending: list[str] = field(default_factory=list)  # text deltas of this step
+    # The drafter-invariant sampler (invariant.py): the seed its noise is keyed by, None otherwise.
+    noise_seed: int | None = None
+    vocab: int = 0
+    _noise: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)
+
+    @property
+    def invariant(self) -> bool:
+        return self.noise_seed is not None
+
+    def noise(self, position: int) -> torch.Tensor:
+        """The Gumbel noise of an absolute position of this sequence (kept while it may be needed)."""
+        if position not in self._noise:
+            self._noise[position] = gumbel(self.noise_seed, position, self.vocab)
+        return self._noise[position]
 
     @property
     def done(self) -> bool:
         return self.finish_reason is not None
 
-    def start(self, tokenizer, eos_ids: frozenset[int], prior) -> None:
+    def start(self, tokenizer, eos_ids: frozenset[int], prior, vocab: int, deterministic_proposer: bool) -> None:
         """Set up the working state as the request enters the batch."""
         params = self.params
         self.context = list(self.prompt_ids)
         self.generator = params.make_generator()
+        self.vocab = vocab
+        sampler = params.sampler or ("invariant" if params.seed is not None or deterministic_proposer else "standard")
+        if sampler == "invariant" and not params.greedy:
+            # An unseeded request still needs one seed for all its positions: drawn from its generator.
+            self.noise_seed = params.seed if params.seed is not None else \
+                int(torch.randint(0, 2**62, (1,), generator=self.generator))
         self.stop_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else eos_ids)
         self.acceptance = AcceptanceTracker(prior=prior)
         self.stats.prompt_tokens = len(self.prompt_ids)
@@ -80,6 +101,8 @@ class Request:
 
     def commit(self, tokens: list[int], max_context: int) -> tuple[list[int], bool]:
         """Emit a verified block token by token, up to the first stop: (tokens emitted, finished)."""
+        for position in [p for p in self._noise if p < len(self.context) + len(tokens)]:
+            del self._noise[position]  # positions now emitted are never drawn again
         for n, token in enumerate(tokens, 1):
             if self.emit(token, max_context):
                 return tokens[:n], True

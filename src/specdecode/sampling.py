@@ -13,6 +13,9 @@ from dataclasses import dataclass, field, fields
 import torch
 
 
+SAMPLERS = (None, "standard", "invariant")
+
+
 class InvalidParameter(ValueError):
     """A sampling or request parameter is outside its valid range."""
 
@@ -28,6 +31,10 @@ class SamplingParams:
     stop: tuple[str, ...] = field(default_factory=tuple)
     stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
     ignore_eos: bool = False
+    # "standard": the rejection rule with the request's own generator; "invariant": Gumbel-max with
+    # noise keyed by (seed, position), so the tokens do not depend on the proposer, k or the batch
+    # (invariant.py). None: invariant for seeded requests and deterministic proposers, else standard.
+    sampler: str | None = None
 
     def __post_init__(self) -> None:
         # Lists are accepted for convenience and frozen into tuples so params stay hashable.
@@ -58,6 +65,8 @@ class SamplingParams:
             self.seed is None or (isinstance(self.seed, int) and not isinstance(self.seed, bool) and self.seed >= 0),
             f"seed must be a non-negative integer or None, got {self.seed!r}",
         )
+        _check(self.sampler in SAMPLERS, f"sampler must be one of {', '.join(str(x) for x in SAMPLERS)}, "
+                                         f"got {self.sampler!r}")
         _check(all(s for s in self.stop), "stop strings must be non-empty")
         _check(all(t >= 0 for t in self.stop_token_ids), "stop_token_ids must be non-negative token ids")
 

@@ -1,5 +1,8 @@
 """Verification: from the target's logits over a row's last token and its drafts to what it emits.
 
+Two rules: the standard rejection step (TokenVerifier) and the drafter-invariant one
+(InvariantVerifier, invariant.py), chosen per request.
+
 The rule is `rejection.rejection_sample` (exact: the emitted tokens follow the target's p); the
 engine takes the function at construction, so that `verify --naive` and the negative controls can
 run the same engine with a wrong rule and show that the checks catch it.
@@ -13,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from .proposers.base import Proposal
+from .invariant import gumbel_argmax
 from .rejection import rejection_sample
 from .sampling import SamplingParams, probs_from_logits
 
@@ -51,3 +55,26 @@ class TokenVerifier:
             q_x = torch.ones_like(p_x) if q is None else q[0].gather(-1, draft_ids[0].unsqueeze(-1)).squeeze(-1)
             chances = torch.where(q_x > 0, (p_x / q_x.clamp(min=1e-30)).clamp(max=1.0), torch.ones_like(p_x)).tolist()
         return Verdict(tokens[0, : accepted + 1].tolist(), accepted, chances)
+
+
+class InvariantVerifier:
+    """Accept a draft iff it is the target's Gumbel-max token at its position; emit that token at the
+    first mismatch. Greedy requests never come here (greedy is the standard rule with one-hot p)."""
+
+    name = "invariant"
+
+    def __call__(self, logits: torch.Tensor, proposal: Proposal, params: SamplingParams, noise) -> Verdict:
+        """logits [1 + len(drafts), V]; noise(i): the Gumbel noise of the i-th new position."""
+        drafts = proposal.tokens
+        p = probs_from_logits(logits[: len(drafts) + 1], params)
+        tokens: list[int] = []
+        for i in range(len(drafts) + 1):
+            y = gumbel_argmax(p[i], noise(i))
+            tokens.append(y)
+            if i == len(drafts) or drafts[i] != y:
+                break
+        accepted = len(tokens) - 1
+        # A deterministic draft x had the chance p(x), as under the standard rule; for a sampled
+        # draft no closed form is used: k=auto counts what happened (no chances).
+        chances = [float(p[i, x]) for i, x in enumerate(drafts)] if proposal.probs is None else []
+        return Verdict(tokens, accepted, chances)

@@ -38,9 +38,10 @@ def parse_k(value: str) -> int | str:
     return k
 
 
-def sampling_from_flags(max_new_tokens, temperature, top_k, top_p, min_p, seed, stop=None, ignore_eos=False):
+def sampling_from_flags(max_new_tokens, temperature, top_k, top_p, min_p, seed, stop=None, ignore_eos=False,
+                        sampler=None):
     return SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                          min_p=min_p, seed=seed, stop=tuple(stop or ()), ignore_eos=ignore_eos)
+                          min_p=min_p, seed=seed, stop=tuple(stop or ()), ignore_eos=ignore_eos, sampler=sampler)
 
 
 def summary_line(stats: dict, proposer: str, k: int) -> str:
@@ -80,6 +81,10 @@ DraftDType = typer.Option(None, "--draft-dtype", help="dtype of the draft model 
 
 DraftContext = typer.Option(0, "--draft-context", help="the draft model sees only the last N prompt tokens "
                             "(0: all): a shorter draft prefill, the output distribution unchanged")
+
+
+Sampler = typer.Option(None, "--sampler", help="standard | invariant (the same tokens for a seed whatever the "
+                       "proposer, k or batch); default: invariant when --seed is given")
 
 
 def check_draft_context(n: int) -> int | None:

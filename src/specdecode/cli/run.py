@@ -12,8 +12,8 @@ import typer
 from rich.table import Table
 
 from ..sampling import InvalidParameter, SamplingParams
-from . import (DType, Draft, DraftContext, DraftDType, Proposer, Target, app, check_draft_context, err, from_config,
-               out, parse_k, sampling_from_flags, summary_line)
+from . import (DType, Draft, DraftContext, DraftDType, Proposer, Sampler, Target, app, check_draft_context, err,
+               from_config, out, parse_k, sampling_from_flags, summary_line)
 from .render import print_verify_report
 
 
@@ -32,6 +32,7 @@ def generate(
     seed: Optional[int] = typer.Option(None, "--seed"),
     stop: Optional[list[str]] = typer.Option(None, "--stop", help="stop string (repeatable)"),
     ignore_eos: bool = typer.Option(False, "--ignore-eos"),
+    sampler: Optional[str] = Sampler,
     dtype: str = DType,
     draft_dtype: Optional[str] = DraftDType,
     draft_context: int = DraftContext,
@@ -51,7 +52,7 @@ def generate(
     distributed = world_size() > 1
     if distributed and seed is None:
         seed = 0  # every rank must draw the same random numbers to make the same decisions
-    params = sampling_from_flags(max_new_tokens, temperature, top_k, top_p, min_p, seed, stop, ignore_eos)
+    params = sampling_from_flags(max_new_tokens, temperature, top_k, top_p, min_p, seed, stop, ignore_eos, sampler)
     steps = parse_k(k)
     gen = SpeculativeGenerator.from_pretrained(target=target, draft=draft, proposer=proposer, dtype=dtype,
                                                draft_dtype=draft_dtype, draft_context=check_draft_context(draft_context))
@@ -108,6 +109,8 @@ def verify(
     draft_dtype: Optional[str] = DraftDType,
     no_chat: bool = typer.Option(False, "--no-chat"),
     naive: bool = typer.Option(False, "--naive", help="use the WRONG residual (sample from p) to see the check fail"),
+    sampler: str = typer.Option("standard", "--sampler", help="standard (the rejection rule) | invariant "
+                                "(drafter-invariant Gumbel-max; each sample has its own seed)"),
     alpha: float = typer.Option(1e-3, "--alpha", help="false-alarm probability of each test"),
     batch_size: int = typer.Option(64, "--batch-size"),
     as_json: bool = typer.Option(False, "--json"),
@@ -137,7 +140,9 @@ def verify(
     if batch_size < 1:
         raise InvalidParameter(f"--batch-size must be >= 1, got {batch_size}")
     params = SamplingParams(max_new_tokens=length, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                            seed=seed)
+                            seed=seed, sampler=sampler)
+    if naive and sampler != "standard":
+        raise InvalidParameter("--naive replaces the standard rule's residual: use it with --sampler standard")
     if params.greedy:
         raise InvalidParameter("verify compares distributions: use --temperature > 0 (greedy has one outcome)")
     needs_draft = any(n in ("draft", "hybrid") for n in names)
@@ -156,6 +161,7 @@ def verify(
                                                progress=lambda n, t=task: progress.advance(t, n))
     exact = first_token_probs(gen, prompt_ids, params)
     report = {"prompt": prompt, "samples": samples, "length": length, "k": k, "temperature": temperature,
+              "sampler": sampler,
               "top_k": top_k, "top_p": top_p, "min_p": min_p, "alpha": alpha, "naive": naive, "dtype": dtype,
               "plain_first_token_exact": None, "results": {}}
     report["plain_first_token_exact"] = one_sample(Counter(s[:1] for s in draws["none"]), exact, alpha).as_dict()

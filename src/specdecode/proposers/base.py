@@ -18,6 +18,10 @@ class Row(Protocol):
     prompt_ids: list[int]
     params: SamplingParams
     generator: torch.Generator | None
+    invariant: bool  # drafter-invariant sampling: draft the Gumbel-max token of noise(position)
+
+    def noise(self, position: int) -> torch.Tensor:
+        """The shared Gumbel noise of an absolute position (invariant rows only)."""
 
 
 @dataclass

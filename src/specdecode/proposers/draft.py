@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from ..backends.base import Runner
+from ..invariant import gumbel_argmax
 from ..sampling import SamplingParams, pad_vocab, probs_from_logits, sample_from
 from .base import Proposal
 
@@ -113,8 +114,9 @@ class DraftModelProposer:
                     continue
                 row, state = rows[i], self.state[rows[i].id]
                 state.cached.extend(feeds[b])
+                noise = row.noise(len(row.context) + len(out[i].tokens)) if row.invariant else None
                 token, q, sure = next_draft(logits[b][-1], row.params, row.generator, self.target_vocab,
-                                            confidence[i])
+                                            confidence[i], noise)
                 out[i].tokens.append(token)
                 if q is not None:
                     probs[i].append(q)
@@ -147,7 +149,7 @@ class _DraftRow:
 
 
 def next_draft(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None, target_vocab: int,
-               min_confidence: float = 0.0) -> tuple[int, torch.Tensor | None, bool]:
+               min_confidence: float = 0.0, noise: torch.Tensor | None = None) -> tuple[int, torch.Tensor | None, bool]:
     """The next drafted token from the draft's logits [V], the q it was drawn from (None when
     greedy: q is then one-hot), and whether to draft on after it: the draft's top probability at
     this position (at temperature 1) is at least min_confidence.
@@ -165,7 +167,8 @@ def next_draft(logits: torch.Tensor, params: SamplingParams, generator: torch.Ge
         token, q = int(logits.argmax()), None
     else:
         q = pad_vocab(probs_from_logits(logits, params), target_vocab)
-        token = int(sample_from(q, generator))
+        # Drafter-invariant sampling: the draft's Gumbel-max token under the position's shared noise.
+        token = gumbel_argmax(q, noise) if noise is not None else int(sample_from(q, generator))
     sure = min_confidence <= 0 or float(torch.softmax(logits.float(), -1).max()) >= min_confidence
     return token, q, sure
 

@@ -62,6 +62,8 @@ class CommonRequest(BaseModel):
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     speculative: Speculative | None = None
+    # "standard" | "invariant" (drafter-invariant sampling); default: invariant when seeded.
+    sampler: Literal["standard", "invariant"] | None = None
 
     def unsupported(self) -> str | None:
         for name in REFUSED:
@@ -83,7 +85,8 @@ class CommonRequest(BaseModel):
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         return SamplingParams(max_new_tokens=max_new_tokens, temperature=self.temperature, top_k=top_k,
                               top_p=self.top_p, min_p=self.min_p, seed=self.seed, stop=stop,
-                              stop_token_ids=list(self.stop_token_ids or []), ignore_eos=self.ignore_eos)
+                              stop_token_ids=list(self.stop_token_ids or []), ignore_eos=self.ignore_eos,
+                              sampler=self.sampler)
 
 
 class CompletionRequest(CommonRequest):

@@ -1,0 +1,43 @@
+"""Drafter-invariant speculative sampling (Daliri, Musco and Suresh, 2024): a seed means the same tokens.
+
+Gumbel-max sampling draws the token at absolute position t as argmax(log p_t + g_t), with g_t
+Gumbel noise over the vocabulary. Here g_t comes from a generator keyed by (seed, t) alone, so plain
+decoding, the draft model and verification all see the same g_t at the same position, whatever the
+batch, the proposer or k:
+- the draft model drafts argmax(log q_t + g_t) (a lookup drafts whatever it likes);
+- verification accepts a draft iff it equals the target's argmax(log p_t + g_t), and emits that
+  argmax at the first mismatch (or as the bonus token) (verifier.InvariantVerifier).
+Every emitted token is therefore the plain Gumbel-max token of its position: exactly distributed as
+p_t (the Gumbel-max trick), and the same sequence plain decoding with that seed produces. For a
+deterministic draft x the chance of acceptance is p_t(x), as with the standard rule; a sampled draft
+is accepted somewhat less often ((1 - TV)/(1 + TV) at least, against 1 - TV).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+_MASK = (1 << 64) - 1
+
+
+def position_seed(seed: int, position: int) -> int:
+    """A 64-bit key for (seed, position): splitmix64 of the pair, so that neighbouring positions and
+    seeds get unrelated streams."""
+    z = (seed * 0x9E3779B97F4A7C15 + position * 0xBF58476D1CE4E5B9 + 0x94D049BB133111EB) & _MASK
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
+
+
+def gumbel(seed: int, position: int, width: int) -> torch.Tensor:
+    """Gumbel noise [width] (float64) for one position of one seeded sequence."""
+    gen = torch.Generator().manual_seed(position_seed(seed, position))
+    u = torch.rand(width, dtype=torch.float64, generator=gen).clamp_(min=torch.finfo(torch.float64).tiny)
+    return -torch.log(-torch.log(u))
+
+
+def gumbel_argmax(probs: torch.Tensor, noise: torch.Tensor) -> int:
+    """argmax(log probs + noise) over one distribution; tokens of probability 0 are never chosen."""
+    scores = torch.log(probs.double()) + noise[: probs.shape[-1]]
+    return int(scores.argmax())

@@ -1,0 +1,123 @@
+"""Drafter-invariant sampling: a seed means the same tokens for every proposer, k and batch, and the
+tokens still follow the target's distribution."""
+
+import itertools
+from collections import Counter
+
+import pytest
+import torch
+
+from specdecode import SamplingParams, invariant
+from specdecode.goodness import one_sample
+from specdecode.request import Request
+
+T1 = SamplingParams(temperature=1.0, top_p=0.9, max_new_tokens=16, ignore_eos=True)
+PROMPTS = [[5, 6, 7, 8, 9, 5, 6, 7], [40, 41], [3], [100, 101, 102, 100, 101]]
+
+
+def plain(gen, prompt, params):
+    return gen.generate(prompt, params, k=0, chat=False, proposer="none").token_ids
+
+
+def test_noise_is_keyed_by_seed_and_position_alone():
+    a, b = invariant.gumbel(7, 3, 1000), invariant.gumbel(7, 3, 1000)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, invariant.gumbel(7, 4, 1000)) and not torch.equal(a, invariant.gumbel(8, 3, 1000))
+    # Gumbel(0, 1): mean = Euler's constant, variance pi^2 / 6 (100k draws: both within a few s.e.).
+    g = invariant.gumbel(1, 0, 100_000)
+    assert abs(float(g.mean()) - 0.5772) < 0.02 and abs(float(g.var()) - 1.6449) < 0.05
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_every_proposer_and_k_gives_the_plain_seeded_tokens(small_draft_gen, near_draft_gen, twin_gen, seed):
+    params = T1.replace(seed=seed)
+    prompt = PROMPTS[seed % len(PROMPTS)]
+    expected = plain(near_draft_gen, prompt, params)
+    for gen in (small_draft_gen, near_draft_gen, twin_gen):
+        assert plain(gen, prompt, params) == expected  # the same target behind all three
+        for proposer, k in itertools.product(("draft", "ngram", "hybrid"), (1, 2, 3, 5, 8, "auto")):
+            out = gen.generate(prompt, params, k=k, chat=False, proposer=proposer)
+            assert out.token_ids == expected, (proposer, k)
+
+
+def test_batches_with_rows_joining_mid_flight_and_the_load_policy_on(near_draft_gen):
+    """Seeded rows beside other traffic, rows joining every step, and the load policy choosing k from
+    measured costs: each row still gets the plain seeded tokens."""
+    reqs = [Request(list(PROMPTS[i % 4]), T1.replace(seed=100 + i), k=[1, 4, 8, "auto"][i % 4],
+                    proposer=["draft", "ngram", "hybrid", "none"][i % 4]) for i in range(12)]
+    for batch in (1, 3, 8):
+        with near_draft_gen.configured(max_batch=batch, load_policy=True):
+            fresh = [Request(list(r.prompt_ids), r.params, k=r.k, proposer=r.proposer) for r in reqs]
+            for i, req in enumerate(fresh):
+                near_draft_gen.submit(req)
+                if i % 3 == 2:
+                    near_draft_gen.step()
+            near_draft_gen.run_until_idle()
+        for req in fresh:
+            assert req.generated == plain(near_draft_gen, req.prompt_ids, req.params), (batch, req.proposer, req.k)
+
+
+def test_the_standard_rule_is_what_seeds_choose_only_when_asked(near_draft_gen):
+    """sampler="standard" keeps the rejection rule: a seeded request then depends on k."""
+    params = T1.replace(seed=5, sampler="standard", max_new_tokens=24)
+    runs = {tuple(near_draft_gen.generate(PROMPTS[0], params, k=k, chat=False, proposer="draft").token_ids)
+            for k in (1, 2, 3, 4, 6, 8)}
+    assert len(runs) > 1
+    with pytest.raises(ValueError, match="sampler must be one of"):
+        SamplingParams(sampler="gumbel")
+
+
+# -- the distribution: invariant speculative output follows the target's joint distribution ----------
+
+N = 1500
+PROMPT = [5, 6, 7, 8]
+TOPK = SamplingParams(temperature=1.0, top_k=3, max_new_tokens=3, ignore_eos=True, sampler="invariant")
+
+
+def joint_counts(gen, proposer="draft", k=2):
+    counts = Counter()
+    for seed in range(N):
+        counts[tuple(gen.generate(list(PROMPT), TOPK.replace(seed=seed), k=k, chat=False,
+                                  proposer=proposer).token_ids)] += 1
+    return counts
+
+
+@pytest.fixture(scope="module")
+def exact(target_model):
+    from test_exactness import exact_model_joint
+
+    return exact_model_joint(target_model, PROMPT, TOPK, 3)
+
+
+@pytest.mark.parametrize("proposer,k", [("draft", 2), ("hybrid", 3)])
+def test_invariant_joint_distribution(near_draft_gen, exact, proposer, k):
+    from test_exactness import ALPHA, assert_exact
+
+    assert_exact(one_sample(joint_counts(near_draft_gen, proposer, k), exact, alpha=ALPHA))
+
+
+def test_control_noise_reused_across_positions_is_rejected(near_draft_gen, exact, monkeypatch):
+    """The same noise at every position couples the tokens of a sequence: the test must catch it."""
+    from test_exactness import ALPHA
+
+    real = invariant.gumbel
+    monkeypatch.setattr(invariant, "gumbel", lambda seed, position, width: real(seed, 0, width))
+    import specdecode.request as request_module
+
+    monkeypatch.setattr(request_module, "gumbel", invariant.gumbel)
+    result = one_sample(joint_counts(near_draft_gen), exact, alpha=ALPHA)
+    assert result.p_value < ALPHA, result
+
+
+def test_invariant_acceptance_of_a_sampled_draft_is_lower_but_real(near_draft_gen):
+    """What the invariance costs: a sampled draft agrees with the target's Gumbel-max token less
+    often than the standard rule accepts it, and still far more often than never."""
+    rates = {}
+    for sampler in ("standard", "invariant"):
+        accepted = drafted = 0
+        for seed in range(60):
+            s = near_draft_gen.generate(PROMPTS[0], T1.replace(seed=seed, sampler=sampler), k=3, chat=False,
+                                        proposer="draft").stats
+            accepted, drafted = accepted + s["accepted_tokens"], drafted + s["drafted_tokens"]
+        rates[sampler] = accepted / drafted
+    assert 0.2 < rates["invariant"] < rates["standard"], rates
