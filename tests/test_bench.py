@@ -142,11 +142,26 @@ def test_bench_cli_writes_schema(monkeypatch, capsys, tiny_dirs, tmp_path):
     assert (out / "speedup_vs_k.png").stat().st_size > 1000
 
 
+def test_bench_compares_the_samplers_side_by_side(monkeypatch, capsys, tiny_dirs, tmp_path):
+    out = tmp_path / "out"
+    monkeypatch.setattr(sys, "argv", [
+        "specdecode", "bench", "--workload", "code", "--limit", "2", "--target", tiny_dirs["target"], "--draft",
+        tiny_dirs["draft"], "--dtype", "fp32", "--methods", "plain,draft", "--k", "2", "--temperature", "1",
+        "--max-new-tokens", "6", "--sampler", "standard,invariant", "--out", str(out)])
+    try:
+        cli.main()
+    except SystemExit as exc:
+        assert not exc.code, capsys.readouterr().err
+    rows = {r["method"] for r in json.loads((out / "results.json").read_text()) if r["category"] == "all"}
+    assert rows == {"plain", "draft", "plain-invariant", "draft-invariant"}
+
+
 def test_bench_rejects_bad_options(monkeypatch, capsys, tiny_dirs):
     for args, message in ((["--methods", "plain,magic"], "unknown methods"),
                           (["--k", "2,x"], "--k must be a whole number"),
                           (["--concurrency", "4"], "one request at a time"),
-                          (["--workload", "/no/file.jsonl"], "workload file not found")):
+                          (["--workload", "/no/file.jsonl"], "workload file not found"),
+                          (["--sampler", "gumbel"], "--sampler takes standard and/or invariant")):
         monkeypatch.setattr(sys, "argv", ["specdecode", "bench", "--target", tiny_dirs["target"], *args])
         with pytest.raises(SystemExit) as exc:
             cli.main()

@@ -51,8 +51,12 @@ class Method(Protocol):
 class EngineMethod:
     takes_auto = True
 
-    def __init__(self, name: str, gen: Engine, label: str | None = None):
+    def __init__(self, name: str, gen: Engine, label: str | None = None, sampler: str = "standard"):
         self.proposer = ENGINE_METHODS[name]
+        self.proposer_method = name
+        # Bench prompts are seeded (reproducible runs), and a seeded request would default to the
+        # drafter-invariant sampler: the bench names the sampler instead of letting the seed choose.
+        self.sampler = sampler
         if self.proposer not in gen.proposers:
             raise ValueError(f"{name} needs a draft model: give --draft")
         self.name = label or name  # e.g. draft-llamacpp when several drafts are compared
@@ -79,7 +83,8 @@ class EngineMethod:
             self.gen.pooled_acceptance = self.auto_pooled.setdefault(params.temperature, {})
         try:
             with PeakMemory() as mem:
-                out = self.gen.generate(prompt_ids, params, k=k or 0, chat=False, proposer=self.proposer)
+                out = self.gen.generate(prompt_ids, params.replace(sampler=self.sampler), k=k or 0, chat=False,
+                                        proposer=self.proposer)
         finally:
             self.gen.pooled_acceptance = saved
         s = out.stats

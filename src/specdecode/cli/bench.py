@@ -47,6 +47,9 @@ def bench(
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help="generate exactly --max-new-tokens per prompt "
                                     "(with --endpoint: ignore_eos in each request, as vLLM's benchmark does), so "
                                     "methods and servers are compared on equal work"),
+    sampler: str = typer.Option("standard", "--sampler", help="standard, invariant, or both (standard,invariant): "
+                                "our methods under each sampling rule, side by side (invariant ones named "
+                                "METHOD-invariant)"),
 ):
     """Benchmark plain decoding, our proposers and transformers' peers side by side, or (--endpoint)
     a running OpenAI-compatible server under load."""
@@ -82,6 +85,9 @@ def bench(
     if any(x != "auto" and x < 1 for x in k_values):
         raise InvalidParameter("--k values must be >= 1 or auto")
     temps = parse_list(temperature, float, "--temperature")
+    samplers = parse_list(sampler, str, "--sampler")
+    if any(s not in ("standard", "invariant") for s in samplers) or len(set(samplers)) < len(samplers):
+        raise InvalidParameter(f"--sampler takes standard and/or invariant, got {sampler!r}")
     if parse_list(concurrency, int, "--concurrency") != [1]:
         raise InvalidParameter("the offline bench runs one request at a time (--concurrency 1); for load at "
                                "higher concurrency, drive a server with --endpoint URL")
@@ -134,6 +140,11 @@ def bench(
                 label = "draft-" + "".join(ch if ch.isalnum() or ch in "._@" else "-" for ch in spec.strip())
             grid.methods.append(EngineMethod("draft", build_generator(target_model, tokenizer, "draft", other,
                                                                       other_tok, draft_context=window), label=label))
+    for method in [m for m in grid.methods if isinstance(m, EngineMethod)]:
+        method.sampler = samplers[0]
+        for other_sampler in samplers[1:]:
+            grid.methods.append(EngineMethod(method.proposer_method, method.gen, label=f"{method.name}-{other_sampler}",
+                                             sampler=other_sampler))
     # Warm-up: every method once on a short prompt, untimed. A method this environment cannot run
     # is reported as skipped with the reason instead of failing the whole bench.
     warm = SamplingParams(max_new_tokens=4, temperature=0.0)
