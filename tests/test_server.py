@@ -289,3 +289,31 @@ def test_the_official_openai_client(server, tok):
     with pytest.raises(openai.BadRequestError, match="response_format"):
         client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "abc"}], max_tokens=4,
                                        response_format={"type": "json_object"})
+
+
+def test_a_seed_means_the_same_text_alone_and_under_load(twin_gen):
+    """The user's complaint: seed=1234 at temperature 1 returned other text beside six other requests.
+    Seeded requests use the drafter-invariant sampler, so the load policy's k no longer matters."""
+    import concurrent.futures
+
+    import openai
+
+    engine = BatchEngine(twin_gen, max_batch=8, load_policy=True)
+    engine.calibrate()
+    with live_server(create_app(engine, MODEL, default_k="auto")) as (base, _):
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="none", max_retries=0)
+
+        def ask(seed, proposer="draft", sampler=None):
+            body = {"ignore_eos": True, "speculative": {"proposer": proposer}, **({"sampler": sampler} if sampler else {})}
+            return client.completions.create(model=MODEL, prompt="abcab", max_tokens=24, temperature=1.0, top_p=0.9,
+                                             seed=seed, extra_body=body).choices[0].text
+
+        alone = ask(1234)
+        with concurrent.futures.ThreadPoolExecutor(7) as pool:
+            others = [pool.submit(ask, s, p) for s, p in zip(range(6), ["ngram", "draft", "none", "hybrid"] * 2)]
+            busy = pool.submit(ask, 1234)
+            [f.result() for f in others]
+        assert busy.result() == alone
+        assert ask(1234, "none") == alone  # plain decoding with that seed: the same tokens
+        # Control: under the standard rule the proposer consumes the seed's random numbers its own way.
+        assert ask(1234, "none", "standard") != ask(1234, "draft", "standard")
