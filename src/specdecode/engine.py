@@ -29,6 +29,7 @@ import torch
 
 from .adaptive import AdaptiveK, SourceChoice
 from .backends.base import Runner
+from .block import block_rejection_sample
 from .calibration import calibrate
 from .costs import AcceptanceTracker, PassCosts
 from .load_policy import LoadPolicy, RowPlan
@@ -93,7 +94,7 @@ class Engine:
         self.pass_costs = PassCosts()
         self.pooled_acceptance: dict[str, AcceptanceTracker] = {}
         self.policy = LoadPolicy(self.pass_costs, enabled=self.config.load_policy)
-        self.verifier = TokenVerifier(self.config.reject)
+        self.verifiers = {"token": TokenVerifier(self.config.reject), "block": TokenVerifier(block_rejection_sample)}
         self.invariant = InvariantVerifier()
         self.rows: list[Request] = []  # in the target runner's row order
         self.waiting: deque[Request] = deque()
@@ -126,20 +127,24 @@ class Engine:
     def _set_config(self, config: EngineConfig) -> None:
         self.config = config
         self.policy.enabled = config.load_policy
-        self.verifier = TokenVerifier(config.reject)
+        self.verifiers["token"] = TokenVerifier(config.reject)
 
     # -- one request, start to end ---------------------------------------------------------------
 
     def generate(self, prompt: Prompt, params: SamplingParams | None = None, k: int | str = 4, chat: bool = True,
-                 on_token: OnToken | None = None, proposer: str | None = None) -> GenerationOutput:
+                 on_token: OnToken | None = None, proposer: str | None = None, verifier: str = "token",
+                 tree: int = 0) -> GenerationOutput:
         """Generate a continuation of `prompt` (text, token ids, or chat messages).
 
         k is the number of tokens drafted per target pass, or "auto" to adapt it per request (see
         adaptive.py); `proposer` overrides the default one for this request; on_token(token_id,
-        text_delta) is called for every emitted token.
+        text_delta) is called for every emitted token; `verifier`: "token" (token by token) or
+        "block" (the drafted block judged jointly, block.py); `tree`: a node budget for tree drafting,
+        which is not built yet (0, a chain, is the only value accepted).
         """
+        check_tree(tree)
         req = Request(self.encode(prompt, chat), params or SamplingParams(), k=k, proposer=proposer,
-                      on_token=on_token)
+                      on_token=on_token, verifier=verifier)
         self.submit(req)
         while not req.done:
             self.step()
@@ -154,6 +159,8 @@ class Engine:
         """Raise RequestError/InvalidParameter for a request that can never run."""
         self.get_proposer(req.proposer)
         check_k(req.k)
+        if req.verifier not in self.verifiers:
+            raise InvalidParameter(f"verifier must be token or block, got {req.verifier!r}")
         if not req.prompt_ids:
             raise RequestError("the prompt is empty")
         limit = self.target.max_context
@@ -222,12 +229,12 @@ class Engine:
     # -- pieces of the step ----------------------------------------------------------------------
 
     def _verify(self, r: Request, logits: torch.Tensor, proposal: Proposal) -> Verdict:
-        """The row's rule: the standard rejection step with its own generator, or the drafter-invariant
-        one with the noise of its positions (invariant.py)."""
+        """The row's rule: the drafter-invariant one with the noise of its positions (invariant.py), or
+        the token-level or block rejection step with the row's own generator."""
         if r.invariant:
             start = len(r.context)
             return self.invariant(logits, proposal, r.params, lambda i: r.noise(start + i))
-        return self.verifier(logits, proposal, r.params, r.generator)
+        return self.verifiers[r.verifier](logits, proposal, r.params, r.generator)
 
     def _admit(self) -> None:
         """Waiting requests join while there is room; requests with the same prompt are prefilled
@@ -412,6 +419,11 @@ class Engine:
             raise RuntimeError("calibrate() needs an idle engine")
         draft = self.proposers.get("draft")
         calibrate(self.pass_costs, self.target, draft.runner if draft is not None else None)
+
+
+def check_tree(tree) -> None:
+    if tree != 0:
+        raise InvalidParameter(f"tree drafting is not built yet: tree must be 0 (a chain of drafts), got {tree!r}")
 
 
 def check_k(k) -> None:

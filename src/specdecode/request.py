@@ -38,6 +38,7 @@ class Request:
     proposer: str | None = None  # None: the engine's default
     on_step: OnStep | None = None
     on_token: OnToken | None = None  # per emitted token (token id, text that became final)
+    verifier: str = "token"  # token | block (block.py)
     id: int = field(default_factory=lambda: next(_ids))
 
     # Filled in by the engine.

@@ -51,12 +51,14 @@ class Method(Protocol):
 class EngineMethod:
     takes_auto = True
 
-    def __init__(self, name: str, gen: Engine, label: str | None = None, sampler: str = "standard"):
+    def __init__(self, name: str, gen: Engine, label: str | None = None, sampler: str = "standard",
+                 verifier: str = "token"):
         self.proposer = ENGINE_METHODS[name]
         self.proposer_method = name
         # Bench prompts are seeded (reproducible runs), and a seeded request would default to the
         # drafter-invariant sampler: the bench names the sampler instead of letting the seed choose.
         self.sampler = sampler
+        self.verifier = verifier
         if self.proposer not in gen.proposers:
             raise ValueError(f"{name} needs a draft model: give --draft")
         self.name = label or name  # e.g. draft-llamacpp when several drafts are compared
@@ -84,7 +86,7 @@ class EngineMethod:
         try:
             with PeakMemory() as mem:
                 out = self.gen.generate(prompt_ids, params.replace(sampler=self.sampler), k=k or 0, chat=False,
-                                        proposer=self.proposer)
+                                        proposer=self.proposer, verifier=self.verifier)
         finally:
             self.gen.pooled_acceptance = saved
         s = out.stats

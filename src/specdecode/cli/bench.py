@@ -47,6 +47,8 @@ def bench(
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help="generate exactly --max-new-tokens per prompt "
                                     "(with --endpoint: ignore_eos in each request, as vLLM's benchmark does), so "
                                     "methods and servers are compared on equal work"),
+    verifier: str = typer.Option("token", "--verifier", help="token, block, or both (token,block): our methods under "
+                                 "each verification rule, side by side (block ones named METHOD-block)"),
     sampler: str = typer.Option("standard", "--sampler", help="standard, invariant, or both (standard,invariant): "
                                 "our methods under each sampling rule, side by side (invariant ones named "
                                 "METHOD-invariant)"),
@@ -85,6 +87,9 @@ def bench(
     if any(x != "auto" and x < 1 for x in k_values):
         raise InvalidParameter("--k values must be >= 1 or auto")
     temps = parse_list(temperature, float, "--temperature")
+    verifiers = parse_list(verifier, str, "--verifier")
+    if any(v not in ("token", "block") for v in verifiers) or len(set(verifiers)) < len(verifiers):
+        raise InvalidParameter(f"--verifier takes token and/or block, got {verifier!r}")
     samplers = parse_list(sampler, str, "--sampler")
     if any(s not in ("standard", "invariant") for s in samplers) or len(set(samplers)) < len(samplers):
         raise InvalidParameter(f"--sampler takes standard and/or invariant, got {sampler!r}")
@@ -141,10 +146,11 @@ def bench(
             grid.methods.append(EngineMethod("draft", build_generator(target_model, tokenizer, "draft", other,
                                                                       other_tok, draft_context=window), label=label))
     for method in [m for m in grid.methods if isinstance(m, EngineMethod)]:
-        method.sampler = samplers[0]
-        for other_sampler in samplers[1:]:
-            grid.methods.append(EngineMethod(method.proposer_method, method.gen, label=f"{method.name}-{other_sampler}",
-                                             sampler=other_sampler))
+        method.sampler, method.verifier = samplers[0], verifiers[0]
+        variants = [(s, verifiers[0], s) for s in samplers[1:]] + [(samplers[0], v, v) for v in verifiers[1:]]
+        for other_sampler, other_verifier, suffix in variants:
+            grid.methods.append(EngineMethod(method.proposer_method, method.gen, label=f"{method.name}-{suffix}",
+                                             sampler=other_sampler, verifier=other_verifier))
     # Warm-up: every method once on a short prompt, untimed. A method this environment cannot run
     # is reported as skipped with the reason instead of failing the whole bench.
     warm = SamplingParams(max_new_tokens=4, temperature=0.0)

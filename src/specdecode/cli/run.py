@@ -33,6 +33,9 @@ def generate(
     stop: Optional[list[str]] = typer.Option(None, "--stop", help="stop string (repeatable)"),
     ignore_eos: bool = typer.Option(False, "--ignore-eos"),
     sampler: Optional[str] = Sampler,
+    verifier: str = typer.Option("token", "--verifier", help="token (token by token) | block (the block judged "
+                                 "jointly: never fewer accepted tokens on average)"),
+    tree: int = typer.Option(0, "--tree", help="node budget for tree drafting (not built yet: 0 only)"),
     dtype: str = DType,
     draft_dtype: Optional[str] = DraftDType,
     draft_context: int = DraftContext,
@@ -57,7 +60,7 @@ def generate(
     gen = SpeculativeGenerator.from_pretrained(target=target, draft=draft, proposer=proposer, dtype=dtype,
                                                draft_dtype=draft_dtype, draft_context=check_draft_context(draft_context))
     if distributed and int(os.environ.get("RANK", "0")) != 0:
-        gen.generate(prompt, params, k=steps, chat=not no_chat)  # the other ranks only compute
+        gen.generate(prompt, params, k=steps, chat=not no_chat, verifier=verifier, tree=tree)  # the others compute
         return
 
     def stream(_token, delta):
@@ -65,7 +68,8 @@ def generate(
             sys.stdout.write(delta)
             sys.stdout.flush()
 
-    result = gen.generate(prompt, params, k=steps, chat=not no_chat, on_token=None if as_json else stream)
+    result = gen.generate(prompt, params, k=steps, chat=not no_chat, on_token=None if as_json else stream,
+                          verifier=verifier, tree=tree)
     if as_json:
         stats = {key: v for key, v in result.stats.items() if key != "steps"}
         print(json.dumps({"text": result.text, "token_ids": result.token_ids, "stats": stats}))

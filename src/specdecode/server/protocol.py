@@ -26,6 +26,8 @@ class Speculative(BaseModel):
     model_config = ConfigDict(extra="forbid")
     proposer: Literal["draft", "ngram", "hybrid", "none"] | None = None
     k: int | Literal["auto"] | None = None
+    verifier: Literal["token", "block"] = "token"
+    tree: int = 0  # tree drafting is not built yet: anything but 0 is refused
 
 
 # OpenAI, vLLM and SGLang request fields that change what a client gets, which this server does not
