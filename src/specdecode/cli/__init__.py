@@ -87,8 +87,10 @@ Sampler = typer.Option(None, "--sampler", help="standard | invariant (the same t
                        "proposer, k or batch); default: invariant when --seed is given")
 
 
-def check_draft_context(n: int) -> int | None:
-    if n < 0:
+def check_draft_context(n: int | None) -> int | None:
+    if n is None:
+        return None
+    if not isinstance(n, int) or n < 0:
         raise InvalidParameter(f"--draft-context is a number of prompt tokens >= 1, or 0 for the whole prompt; got {n}")
     return n or None
 

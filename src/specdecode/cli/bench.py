@@ -8,7 +8,8 @@ import typer
 from rich.table import Table
 
 from ..sampling import InvalidParameter, SamplingParams
-from . import (DType, Draft, DraftContext, DraftDType, Target, app, check_draft_context, err, out, parse_k, parse_list)
+from . import (DType, Draft, DraftContext, DraftDType, Target, app, check_draft_context, err, from_config, out,
+               parse_k, parse_list)
 
 
 @app.command()
@@ -70,15 +71,11 @@ def bench(
     from ..bench.workloads import length_sweep, load_workload
     from ..loading import backend_name, build_generator, load_draft, load_models, torch_model
 
-    if config:
-        from ..tune import load_config
-
-        saved = load_config(config)
-        target, draft = saved.get("target", target), saved.get("draft") or draft
-        dtype, draft_dtype = saved.get("dtype", dtype), saved.get("draft_dtype", draft_dtype)
-        draft_context = saved.get("draft_context", draft_context)
-        if "k" in saved and str(saved["k"]) not in k.split(","):
-            k = f"{k},{saved['k']}"
+    if config:  # the saved models and dtypes replace the flags; the saved k joins the compared ones
+        target, draft, _, dtype, draft_dtype, saved_k, draft_context = from_config(
+            config, target, draft, "none", dtype, draft_dtype, k, draft_context)
+        if saved_k not in k.split(","):
+            k = f"{k},{saved_k}"
     method_names = parse_list(methods, str, "--methods")
     unknown = [m for m in method_names if m not in ALL_METHODS]
     if unknown:
