@@ -10,6 +10,7 @@ set -euo pipefail
 OUT=${1:-load-out}; REQUESTS=${2:-8}; MAX_TOKENS=${3:-48}; ROUNDS=${4:-2}
 SD=${SD:-.venv/bin/specdecode}
 SERVERS=${SERVERS:-plain ngram}
+TARGET=${TARGET:-default}  # e.g. TARGET=llamacpp:default: both servers on the llama.cpp target
 LEVELS=${LEVELS:-1 2 4 8}
 mkdir -p "$OUT"
 declare -A PORT PID
@@ -25,7 +26,7 @@ for s in $SERVERS; do
   esac
   PORT[$s]=$port
   # shellcheck disable=SC2086
-  $SD serve --port "$port" --max-batch 8 $flags > "$OUT/$s.serve.log" 2>&1 &
+  $SD serve --port "$port" --max-batch 8 --target "$TARGET" $flags > "$OUT/$s.serve.log" 2>&1 &
   PID[$s]=$!
   port=$((port + 1))
 done

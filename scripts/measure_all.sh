@@ -1,13 +1,15 @@
 #!/bin/bash
 # Every measurement the docs cite, in order, alone on the machine (each writes under OUT):
-#   results   the README's results table (bench, default pair, greedy, peers in the same run)
+#   results   the README's results table, torch target (bench, default pair, greedy, peers in the same run)
+#   results-lc  the same with the llama.cpp target and draft
 #   svg       the server at concurrency 1 against generate (scripts/server_vs_generate.sh)
-#   load      plain vs the hybrid llama.cpp-draft server at concurrency 1, 2, 4, 8 (load_test.sh)
+#   load      plain vs the hybrid llama.cpp-draft server at concurrency 1, 2, 4, 8, llama.cpp target (load_test.sh)
+#   samplers  standard vs drafter-invariant sampling and token vs block verification, T = 1
 #   soak      3000 requests with hang-ups on tiny models (tests/soak.py)
 # Usage: scripts/measure_all.sh OUT [STEPS...]   (default: all four)
 set -uo pipefail
 OUT=${1:-measure-out}; shift || true
-STEPS=${*:-results svg load soak}
+STEPS=${*:-results results-lc svg load soak samplers}
 SD=${SD:-.venv/bin/specdecode}
 mkdir -p "$OUT"
 for step in $STEPS; do
@@ -17,8 +19,18 @@ for step in $STEPS; do
       $SD bench --workload spec-bench,code --limit 7 --max-new-tokens 64 --temperature 0 --ignore-eos \
         --methods plain,draft,ngram,hybrid,hf-pld,hf-assisted,llamacpp,llamacpp-pld --k 4,auto \
         --draft llamacpp:default@q4_0,default --draft-context 128 --out "$OUT/results" > "$OUT/results.log" 2>&1 ;;
+    results-lc)
+      $SD bench --workload spec-bench,code --limit 7 --max-new-tokens 64 --temperature 0 --ignore-eos \
+        --target llamacpp:default --methods plain,draft,ngram,hybrid,llamacpp,llamacpp-pld --k 4,auto \
+        --draft llamacpp:default@q4_0 --draft-context 128 --out "$OUT/results-lc" > "$OUT/results-lc.log" 2>&1 ;;
     svg) scripts/server_vs_generate.sh "$OUT/svg" 6 48 > "$OUT/svg.log" 2>&1 ;;
-    load) SERVERS="plain hybrid-lc" scripts/load_test.sh "$OUT/load" 8 48 2 > "$OUT/load.log" 2>&1 ;;
+    load) TARGET=llamacpp:default SERVERS="plain hybrid-lc" scripts/load_test.sh "$OUT/load" 4 32 2 \
+            > "$OUT/load.log" 2>&1 ;;
+    samplers)
+      $SD bench --workload spec-bench --limit 6 --max-new-tokens 48 --temperature 1 --ignore-eos \
+        --target llamacpp:default --methods plain,draft,hybrid --k 4 --sampler standard,invariant \
+        --verifier token,block --draft llamacpp:default@q4_0 --draft-context 128 --out "$OUT/samplers" \
+        > "$OUT/samplers.log" 2>&1 ;;
     soak) .venv/bin/python tests/soak.py --requests 3000 --concurrency 8 --json > "$OUT/soak.json" 2> "$OUT/soak.log" ;;
     *) echo "unknown step $step" >&2 ;;
   esac
