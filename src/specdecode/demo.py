@@ -25,6 +25,9 @@ def best_draft() -> tuple[str, str]:
     return "default", "torch draft (install the llamacpp extra for a cheaper one)"
 
 
+REFERENCE = "plain, llama.cpp target"
+
+
 @dataclass
 class DemoRow:
     prompt: int
@@ -37,14 +40,18 @@ class DemoRow:
 
 
 def run(gen, prompts: list[str], params: SamplingParams, proposer: str = "hybrid", k: int | str = "auto",
-        on_row=None) -> list[DemoRow]:
+        on_row=None, reference=None) -> list[DemoRow]:
     """Per prompt: plain decoding, then the speculative configuration, each after the other so that
-    the machine's drift falls on both alike."""
+    the machine's drift falls on both alike; `reference`: another generator whose plain decoding is
+    shown beside them (e.g. the same target on llama.cpp)."""
     rows = []
     for i, prompt in enumerate(prompts):
         plain = gen.generate(prompt, params, k=0, proposer="none")
         spec = gen.generate(prompt, params, k=k, proposer=proposer)
-        for method, result in (("plain", plain), (f"{proposer} k={k}", spec)):
+        runs = [("plain", plain), (f"{proposer} k={k}", spec)]
+        if reference is not None:
+            runs.append((REFERENCE, reference.generate(prompt, params, k=0, proposer="none")))
+        for method, result in runs:
             diff = first_difference(result.token_ids, plain.token_ids)
             row = DemoRow(i + 1, method, result.text, result.stats,
                           result.stats["decode_tokens_per_s"] / max(plain.stats["decode_tokens_per_s"], 1e-9),
@@ -62,10 +69,27 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
+def summary(rows: list[DemoRow]) -> list[str]:
+    """Where plain decoding on the llama.cpp target is faster than the speculative configuration, say
+    so: the speedup over plain torch is not the fastest this machine offers."""
+    notes = []
+    for prompt in sorted({r.prompt for r in rows}):
+        mine = {r.method: r for r in rows if r.prompt == prompt}
+        ref = mine.get(REFERENCE)
+        spec = next((r for m, r in mine.items() if m not in ("plain", REFERENCE)), None)
+        if ref is not None and spec is not None and ref.speedup > spec.speedup:
+            notes.append(f"prompt {prompt}: plain decoding on the llama.cpp target ({ref.speedup:.2f}x plain torch) "
+                         f"beats speculation on the torch target ({spec.speedup:.2f}x) on this CPU; speculation "
+                         "over the llama.cpp target does not pay here either (docs/performance.md)")
+    return notes
+
+
 def explain(row: DemoRow, dtype: str) -> list[str]:
     """One line for each thing a newcomer would ask about this row."""
     notes = []
     s = row.stats
+    if row.method == REFERENCE:
+        return notes
     if row.method != "plain" and row.speedup < 1.0:
         drafted_share = s["drafted_tokens"] / max(s["target_passes"], 1)
         if drafted_share < 0.5:

@@ -254,6 +254,12 @@ def demo(
     # The cost rule of k=auto starts from timed passes rather than from nothing.
     gen.calibrate()
     gen.generate("Hi", SamplingParams(max_new_tokens=8), k=steps, proposer=proposer)
+    from ..backends import llamacpp
+
+    reference = None
+    if llamacpp.available():  # the same target GGUF on llama.cpp, plain: the fastest plain path here?
+        reference = SpeculativeGenerator.from_pretrained(target="llamacpp:default", draft=None, proposer="none")
+        reference.generate("Hi", SamplingParams(max_new_tokens=4), k=0, proposer="none")
     err.print(f"target {gen.info['dtype']} (torch), draft: {why}; {proposer} k={k}; greedy, {max_new_tokens} new "
               "tokens at most; plain and speculative interleaved on each prompt", highlight=False)
     table = Table("prompt", "method", "tokens", "decode tok/s", "speedup", "acceptance", "tokens/pass",
@@ -264,16 +270,20 @@ def demo(
             out.rule(f"prompt {row.prompt}: {demo_.PROMPTS[row.prompt - 1].splitlines()[0]}")
             out.print(row.text, highlight=False, markup=False)
         s = row.stats
+        spec = row.method not in ("plain", demo_.REFERENCE)
         table.add_row(str(row.prompt), row.method, str(s["new_tokens"]), f"{s['decode_tokens_per_s']:.2f}",
-                      f"{row.speedup:.2f}x", "-" if row.method == "plain" else f"{s['acceptance_rate']:.0%}",
+                      f"{row.speedup:.2f}x", f"{s['acceptance_rate']:.0%}" if spec else "-",
                       f"{s['mean_accepted_tokens']:.2f}",
                       "yes" if row.same_as_plain else f"no, from token {row.first_difference}")
 
-    rows = demo_.run(gen, demo_.PROMPTS, SamplingParams(max_new_tokens=max_new_tokens), proposer, steps, show)
+    rows = demo_.run(gen, demo_.PROMPTS, SamplingParams(max_new_tokens=max_new_tokens), proposer, steps, show,
+                     reference)
     out.print(table)
-    ups = [r.speedup for r in rows if r.method != "plain"]
+    ups = [r.speedup for r in rows if r.method not in ("plain", demo_.REFERENCE)]
     out.print(f"{proposer} k={k}: {', '.join(f'{u:.2f}x' for u in ups)} plain decode speed on the "
               f"{len(ups)} prompts", highlight=False)
     for row in rows:
         for note in demo_.explain(row, gen.info["dtype"]):
             out.print(note, highlight=False)
+    for note in demo_.summary(rows):
+        out.print(note, highlight=False)
