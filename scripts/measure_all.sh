@@ -31,7 +31,7 @@ for step in $STEPS; do
         --target llamacpp:default --methods plain,draft,hybrid --k 4 --sampler standard,invariant \
         --verifier token,block --draft llamacpp:default@q4_0 --draft-context 128 --out "$OUT/samplers" \
         > "$OUT/samplers.log" 2>&1 ;;
-    soak) .venv/bin/python tests/soak.py --requests 3000 --concurrency 8 --json > "$OUT/soak.json" 2> "$OUT/soak.log" ;;
+    soak) .venv/bin/python tests/soak.py --requests 3000 --concurrency 8 > "$OUT/soak.json" 2> "$OUT/soak.log" ;;
     *) echo "unknown step $step" >&2 ;;
   esac
   echo "$step: exit $? in $(( $(date +%s) - start )) s" | tee -a "$OUT/steps.log"

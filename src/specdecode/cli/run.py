@@ -228,7 +228,7 @@ def serve(
     engine = gen
     name = served_model_name or ("specdecode/" + os.path.basename(str(target).rstrip("/")))
     app_ = create_app(engine, name, default_k=steps, default_max_tokens=max_tokens, shutdown_grace_s=shutdown_timeout)
-    err.print(f"serving {name} (target {gen.info.get('dtype')}, proposer {proposer}, k={steps}, max batch "
+    err.print(f"serving {name} (target {gen.target.backend}{' ' + gen.info['dtype'] if gen.target.backend.startswith('torch') else ''}, proposer {proposer}, k={steps}, max batch "
               f"{max_batch}, load policy {load_policy}) on http://{host}:{port}", highlight=False)
     uvicorn.run(app_, host=host, port=port, log_level="warning", timeout_graceful_shutdown=shutdown_timeout)
 
