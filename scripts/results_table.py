@@ -22,8 +22,8 @@ def main(dirs: list[str]) -> None:
         records = rows(Path(d))
         by = {(r["method"], r["k"], r["category"]): r for r in records}
         cats = sorted({r["category"] for r in records if r["category"] != "all"})
-        code = [c for c in cats if c == "code"]
-        print(f"| method | backend | k | tok/s | vs plain | {' | '.join(f'vs plain: {c}' for c in code)}"
+        code = [c for c in cats if c.startswith("code")]
+        print(f"| method | backend | k | tok/s | vs plain | {' | '.join(f'vs plain, {c}' for c in code)}"
               f"{' | ' if code else ''}vs llama.cpp | acceptance | tokens/pass | c |")
         print("|---" * (9 + len(code)) + "|")
         for r in [r for r in records if r["category"] == "all"]:
