@@ -34,6 +34,8 @@ $(STAMP): pyproject.toml Makefile
 	# The CPU wheel of torch on this machine; a looser spec would pull a CUDA build.
 	$(PY) -m pip install -q torch==2.13.0 $(QUIET)
 	# llama-cpp-python compiles llama.cpp (~7 min on 2 cores, once per set of CPU flags).
+	@ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1 || \
+		echo "building llama.cpp for this CPU: about 7 minutes on 2 cores, once (cached in $(LLAMA_WHEELS))"
 	ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1 || CMAKE_ARGS="$(strip $(LLAMA_CMAKE_ARGS))" \
 		$(PY) -m pip wheel -q --no-deps --no-cache-dir -w $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_VERSION) $(QUIET)
 	$(PY) -m pip install -q $(LLAMA_WHEELS)/llama_cpp_python-*.whl $(QUIET)

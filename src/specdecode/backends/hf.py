@@ -107,8 +107,9 @@ def _load_int8(path: Path) -> PreTrainedModel:
                 return torch.load(cached, weights_only=False).eval()
             from torch.ao.quantization import quantize_dynamic
 
-            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
-            model = quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+            with models.console.status(f"quantising {path.name} to int8 (once, cached)"):
+                model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+                model = quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
         cached.parent.mkdir(parents=True, exist_ok=True)
         tmp = cached.with_suffix(".tmp")
         torch.save(model, tmp)

@@ -70,7 +70,11 @@ def requantized(gguf: Path, quant: str) -> Path:
         params.quantize_output_tensor = True
         params.nthread = default_threads()
         tmp = out.with_suffix(".tmp")
-        if llama_cpp.llama_model_quantize(str(gguf).encode(), str(tmp).encode(), ctypes.byref(params)) != 0:
+        from ..models import console
+
+        with console.status(f"requantising {gguf.name} to {quant} with llama.cpp (once, cached)"):
+            failed = llama_cpp.llama_model_quantize(str(gguf).encode(), str(tmp).encode(), ctypes.byref(params)) != 0
+        if failed:
             tmp.unlink(missing_ok=True)
             raise ModelError(f"llama.cpp could not requantise {gguf} to {quant}")
         tmp.replace(out)
