@@ -144,6 +144,7 @@ def test_chat_streaming_and_not(server):
     ({"prompt": "x", "response_format": {"type": "json_object"}}, 400, "response_format is not supported"),
     ({"prompt": "x", "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools is not supported"),
     ({"prompt": "x", "logit_bias": {"5": 100}}, 400, "logit_bias"),
+    ({"prompt": "x", "speculative": {"tree": 8}}, 400, "tree drafting is not built"),
     ({"prompt": "x", "speculative": {"k": -2}}, 400, "k must be"),
     ({"prompt": "x" * 3000}, 400, "context"),
     ({"prompt": ""}, 400, "empty"),

@@ -142,9 +142,8 @@ class Engine:
         "block" (the drafted block judged jointly, block.py); `tree`: a node budget for tree drafting,
         which is not built yet (0, a chain, is the only value accepted).
         """
-        check_tree(tree)
         req = Request(self.encode(prompt, chat), params or SamplingParams(), k=k, proposer=proposer,
-                      on_token=on_token, verifier=verifier)
+                      on_token=on_token, verifier=verifier, tree=tree)
         self.submit(req)
         while not req.done:
             self.step()
@@ -161,6 +160,9 @@ class Engine:
         check_k(req.k)
         if req.verifier not in self.verifiers:
             raise InvalidParameter(f"verifier must be token or block, got {req.verifier!r}")
+        if req.tree != 0:
+            raise InvalidParameter(f"tree drafting is not built yet: tree must be 0 (a chain of drafts), got "
+                                   f"{req.tree!r}")
         if not req.prompt_ids:
             raise RequestError("the prompt is empty")
         limit = self.target.max_context
@@ -419,11 +421,6 @@ class Engine:
             raise RuntimeError("calibrate() needs an idle engine")
         draft = self.proposers.get("draft")
         calibrate(self.pass_costs, self.target, draft.runner if draft is not None else None)
-
-
-def check_tree(tree) -> None:
-    if tree != 0:
-        raise InvalidParameter(f"tree drafting is not built yet: tree must be 0 (a chain of drafts), got {tree!r}")
 
 
 def check_k(k) -> None:

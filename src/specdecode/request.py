@@ -39,6 +39,7 @@ class Request:
     on_step: OnStep | None = None
     on_token: OnToken | None = None  # per emitted token (token id, text that became final)
     verifier: str = "token"  # token | block (block.py)
+    tree: int = 0  # node budget for tree drafting; not built yet, so only 0 (a chain) is accepted
     id: int = field(default_factory=lambda: next(_ids))
 
     # Filled in by the engine.

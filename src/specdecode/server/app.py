@@ -21,7 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from ..engine import Engine, check_tree
+from ..engine import Engine
 from ..prompts import chat_ids
 from ..request import QueueFull, RequestError
 from ..request import Request as EngineRequest
@@ -170,12 +170,10 @@ def create_app(engine: Engine, model_name: str, default_k: int | str = 4, defaul
                 raise InvalidParameter(f"max_tokens must be >= 1, got {wanted}")
             max_new = min(wanted or default_max_tokens, max(room, 1))
             spec = body.speculative
-            if spec and spec.tree:
-                check_tree(spec.tree)
             req = EngineRequest(prompt_ids, body.sampling(max_new),
                                 k=spec.k if spec and spec.k is not None else default_k,
                                 proposer=spec.proposer if spec else None,
-                                verifier=spec.verifier if spec else "token")
+                                verifier=spec.verifier if spec else "token", tree=spec.tree if spec else 0)
             engine.check(req)
         except (InvalidParameter, RequestError, ValueError) as exc:
             raise Rejected(400, str(exc)) from None
