@@ -292,8 +292,9 @@ def test_policy_probes_now_and_then_while_speculation_is_off():
     cpu_like = CostCurve({1: 0.10, 4: 0.40, 8: 0.80, 16: 1.60, 32: 3.2})
     cpu = policy(cpu_like, CostCurve({1: 0.05, 8: 0.1}), probe_every=8)
     rows = [RowPlan(4, AcceptanceTracker(0.5), True) for _ in range(8)]
-    caps = [cpu.cap(rows) for _ in range(16)]
-    assert caps == ([0] * 7 + [1]) * 2
+    caps = [cpu.cap(rows) for _ in range(8 + 16 + 32)]
+    # A probe that does not turn speculation on doubles the wait before the next one.
+    assert caps == [0] * 7 + [1] + [0] * 15 + [1] + [0] * 31 + [1]
 
 
 def test_new_rows_start_from_the_proposers_pooled_acceptance(small_draft_gen, monkeypatch):
@@ -319,7 +320,19 @@ def test_draft_rows_join_late_and_rejoin_after_a_long_pause(small_draft_gen, mon
         reqs = [BatchRequest(list(p), SamplingParams(max_new_tokens=40, ignore_eos=True), k=3, proposer="draft")
                 for p in PROMPTS[:2]]
         generate_batch(engine, reqs)
-        # Each row joined when it entered the batch and rejoined once after 20 steps without drafts.
+        # Each row joined at its first drafting pass and rejoined once after 20 steps without drafts.
         assert len(joins) == 4 and runner.rows == 0
         for r in reqs:
             assert r.generated == alone(small_draft_gen, r)
+
+
+def test_a_row_that_never_drafts_never_prefills_the_draft(small_draft_gen, monkeypatch):
+    with BatchEngine(small_draft_gen, max_batch=4) as engine:
+        monkeypatch.setattr(engine.policy, "cap", lambda plans: 0)
+        runner = engine.proposers["draft"].runner
+        monkeypatch.setattr(runner, "add_rows", lambda *a, **kw: pytest.fail("the draft prefilled a row"))
+        reqs = [BatchRequest(list(p), SamplingParams(max_new_tokens=8, ignore_eos=True), k=3, proposer="draft")
+                for p in PROMPTS[:2]]
+        generate_batch(engine, reqs)
+        for r in reqs:
+            assert r.generated == alone(small_draft_gen, r) and r.stats.drafted_tokens == 0

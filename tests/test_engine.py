@@ -37,8 +37,10 @@ def test_draft_context_window_prefills_the_end_of_the_prompt_only(target_model, 
     gen = SpeculativeGenerator.from_models(target_model, tok, proposer, twin, tok, draft_context=8)
     drafter = gen.proposers["draft"]
     ids = gen.encode(prompt, chat=False)
-    row = SimpleNamespace(id=-1, prompt_ids=ids)
+    row = SimpleNamespace(id=-1, prompt_ids=ids, context=ids)
     drafter.join([row])
+    assert drafter.runner.rows == 0  # nothing is prefilled before the row first drafts
+    drafter._start([row])
     assert drafter.runner.length(0) == 7  # the last 8 prompt tokens, all but the one fed with the first pass
     assert drafter.state[-1].offset == len(ids) - 8
     drafter.leave([row])

@@ -345,14 +345,14 @@ def test_draft_context_window_joint_distribution(near_draft_gen, target_model):
 
     drafter = near_draft_gen.proposers["draft"]
     counts, prefilled = Counter(), set()
-    real_join = drafter.join
+    real_start = drafter._start
 
-    def join(rows):
-        real_join(rows)
+    def start(rows):
+        real_start(rows)
         prefilled.update(drafter.state[r.id].offset for r in rows)
 
     drafter.context_window = 2  # of the 4 prompt tokens, the draft sees [7, 8]
-    drafter.join = join
+    drafter._start = start
     try:
         for i in range(BATCH_N):
             out = near_draft_gen.generate(list(BATCH_PROMPT), TOPK.replace(seed=4000 + i), k=2, chat=False,
@@ -360,6 +360,6 @@ def test_draft_context_window_joint_distribution(near_draft_gen, target_model):
             counts[tuple(out.token_ids)] += 1
     finally:
         drafter.context_window = None
-        del drafter.join
+        del drafter._start
     assert prefilled == {2}  # the window was live
     assert_exact(one_sample(counts, exact_model_joint(target_model, BATCH_PROMPT, TOPK, 3), alpha=ALPHA))

@@ -33,9 +33,12 @@ class LoadPolicy:
         # not carry into the next block (the optimiser's curse); see docs/choosing-k.md.
         self.margin = margin
         self.last_cap: int | None = None
-        # While speculation is off nothing measures acceptance; every probe_every-th such step
-        # drafts one token so that a change in the traffic is noticed.
+        # While speculation is off nothing measures acceptance; after probe_every such steps one
+        # step drafts a token so that a change in the traffic is noticed. A probe is not free (a
+        # draft model first catches up on everything it missed), so each probe that does not turn
+        # speculation back on doubles the wait, up to 16 times probe_every.
         self.probe_every = probe_every
+        self.wait = probe_every
         self.off_streak = 0
 
     def cap(self, rows: list[RowPlan]) -> int:
@@ -46,9 +49,13 @@ class LoadPolicy:
             return most
         best, _ = best_k(lambda cap: self.expected_tokens(rows, cap), lambda cap: self.step_cost(rows, cap), most,
                          self.margin)
-        self.off_streak = self.off_streak + 1 if best == 0 else 0
-        if self.probe_every and self.off_streak >= self.probe_every:
-            best, self.off_streak = 1, 0
+        if best > 0:
+            self.off_streak, self.wait = 0, self.probe_every
+        else:
+            self.off_streak += 1
+            if self.probe_every and self.off_streak >= self.wait:
+                best, self.off_streak = 1, 0
+                self.wait = min(2 * self.wait, 16 * self.probe_every)
         self.last_cap = best
         return best
 

@@ -26,7 +26,7 @@ class DraftModelProposer:
     re-prefilled alone rather than padding every other row's first draft pass to its catch-up.
 
     context_window: the draft model sees only the last N prompt tokens (and everything after them).
-    Its prefill is paid before the first token, and on a CPU it is not cheap (docs/backends.md): a
+    Its prefill is paid at a row's first drafting pass, and on a CPU it is not cheap (docs/backends.md): a
     draft guesses the next few tokens mostly from the last few hundred, and which tokens it proposes
     may depend on anything, so this changes acceptance, never the output distribution.
     """
@@ -48,13 +48,18 @@ class DraftModelProposer:
     # -- rows in and out -------------------------------------------------------------------------
 
     def join(self, rows) -> None:
-        """Prefill each row's (windowed) prompt but its last token; rows with the same prompt share
-        one prefill."""
+        """Nothing yet: a row's draft cache is prefilled at its first drafting pass (_start), so a
+        request that never drafts (speculation off under load, a lookup that always finds a match)
+        never pays the draft's prefill."""
+
+    def _start(self, rows) -> None:
+        """Prefill the (windowed) context but its last token of rows the draft has not seen; rows
+        with the same text share one prefill (n samples of one prompt)."""
         groups: dict[tuple[int, ...], list] = {}
         for row in rows:
             offset = self._offset(row)
-            self.state[row.id] = _DraftRow(offset, list(row.prompt_ids[offset:-1]))
-            groups.setdefault(tuple(row.prompt_ids[offset:-1]), []).append(row)
+            self.state[row.id] = _DraftRow(offset, list(row.context[offset:-1]))
+            groups.setdefault(tuple(row.context[offset:-1]), []).append(row)
         for prefix, members in groups.items():
             self.runner.add_rows(list(prefix), len(members))
             self.order.extend(r.id for r in members)
@@ -83,12 +88,18 @@ class DraftModelProposer:
         active = [i for i, k in enumerate(ks) if k > 0]
         if not active:
             return out
+        fresh = [rows[i] for i in active if rows[i].id not in self.state]
         if len(active) > 1:
             for i in active:
-                state = self.state[rows[i].id]
+                state = self.state.get(rows[i].id)
+                if state is None:
+                    continue
                 window = rows[i].context[state.offset:]
                 if len(window) - 1 - common_prefix(state.cached, window) > REJOIN_AFTER:
-                    self._rejoin(rows[i])
+                    self.leave([rows[i]])
+                    fresh.append(rows[i])
+        self._start(fresh)
+        started = {row.id for row in fresh}
         index = {rid: b for b, rid in enumerate(self.order)}
         feeds: list[list[int]] = [[] for _ in self.order]
         drop = [0] * len(self.order)
@@ -103,7 +114,9 @@ class DraftModelProposer:
             del state.cached[keep:]
             state.stable = len(window)
             feeds[b] = window[keep:]
-            out[i].fed, out[i].source = len(feeds[b]), "draft"
+            # A row prefilled just now fed its whole window: the pass timed a catch-up.
+            out[i].fed = len(window) if row.id in started else len(feeds[b])
+            out[i].source = "draft"
             goal[b] = (i, ks[i])
         self.runner.rollback(drop)
         probs: dict[int, list[torch.Tensor]] = {i: [] for i in active}
@@ -129,14 +142,6 @@ class DraftModelProposer:
     def _offset(self, row) -> int:
         window = self.context_window
         return max(0, len(row.prompt_ids) - window) if window else 0
-
-    def _rejoin(self, row) -> None:
-        self.leave([row])
-        offset = self._offset(row)
-        self.state[row.id] = _DraftRow(offset, list(row.context[offset:-1]))
-        self.runner.add_rows(self.state[row.id].cached, 1)
-        self.order.append(row.id)
-
 
 @dataclass
 class _DraftRow:
