@@ -6,6 +6,10 @@
 #   load      plain vs the hybrid llama.cpp-draft server at concurrency 1, 2, 4, 8, llama.cpp target (load_test.sh)
 #   samplers  standard vs drafter-invariant sampling and token vs block verification, T = 1
 #   soak      3000 requests with hang-ups on tiny models (tests/soak.py)
+#   suffix    suffix vs ngram vs plain on the repetitive workload's 40 extractions, T = 0 and 1
+#   suffix-mix  the same methods on Spec-Bench (2 prompts a category), T = 0 and 1
+#   suffix-edit  the code-edit sessions (--turns all), llama.cpp target (fast enough for 4 x 4 turns)
+#   suffix-serve  a suffix server fed the 40 extractions in order: first vs last quarter
 # Usage: scripts/measure_all.sh OUT [STEPS...]   (default: all four)
 set -uo pipefail
 OUT=${1:-measure-out}; shift || true
@@ -31,6 +35,17 @@ for step in $STEPS; do
         --target llamacpp:default --methods plain,draft,hybrid --k 4 --sampler standard,invariant \
         --verifier token,block --draft llamacpp:default@q4_0 --draft-context 128 --out "$OUT/samplers" \
         > "$OUT/samplers.log" 2>&1 ;;
+    suffix)
+      $SD bench --workload repetitive --categories extraction --max-new-tokens 96 --temperature 0,1 \
+        --methods plain,ngram,suffix --k auto --out "$OUT/suffix" > "$OUT/suffix.log" 2>&1 ;;
+    suffix-mix)
+      $SD bench --workload spec-bench --limit 12 --max-new-tokens 64 --temperature 0,1 \
+        --methods plain,ngram,suffix --k auto --out "$OUT/suffix-mix" > "$OUT/suffix-mix.log" 2>&1 ;;
+    suffix-edit)
+      $SD bench --workload repetitive --categories code_edit --turns all --max-new-tokens 192 --temperature 0,1 \
+        --target llamacpp:default --methods plain,ngram,suffix --k auto --out "$OUT/suffix-edit" \
+        > "$OUT/suffix-edit.log" 2>&1 ;;
+    suffix-serve) scripts/suffix_server.sh "$OUT/suffix-serve" > "$OUT/suffix-serve.log" 2>&1 ;;
     soak) .venv/bin/python tests/soak.py --requests 3000 --concurrency 8 > "$OUT/soak.json" 2> "$OUT/soak.log" ;;
     *) echo "unknown step $step" >&2 ;;
   esac

@@ -3,8 +3,10 @@ that none fails and that memory stops growing.
 
     python tests/soak.py --requests 3000 --concurrency 8 [--json]
 
-Requests mix proposers (draft, ngram, none), k (fixed and auto), temperatures, stop strings,
-streaming and not, and a share of clients that hang up mid-stream. RSS is sampled after each
+Requests mix proposers (draft, ngram, suffix, hybrid-suffix, none), k (fixed and auto),
+temperatures, stop strings, streaming and not, and a share of clients that hang up mid-stream. The
+suffix memory is bounded at SUFFIX_TOKENS tokens; its size is sampled with the RSS and must stay
+under the bound. RSS is sampled after each
 tenth of the run; growth is reported from the end of the first tenth (warm-up: allocator pools,
 histogram buckets, code paths first taken) to the end.
 """
@@ -33,7 +35,8 @@ from specdecode.server import create_app  # noqa: E402
 
 
 def body(i: int, rng: random.Random) -> dict:
-    proposer, k = rng.choice([("draft", 3), ("draft", "auto"), ("ngram", 4), ("none", 0)])
+    proposer, k = rng.choice([("draft", 3), ("draft", "auto"), ("ngram", 4), ("suffix", 6), ("suffix", "auto"),
+                              ("hybrid-suffix", 3), ("none", 0)])
     b = {"prompt": "".join(rng.choice("abcdefgh ") for _ in range(rng.randint(3, 60))),
          "max_tokens": rng.randint(1, 24), "temperature": rng.choice([0, 0.7, 1.0]), "seed": i,
          "speculative": {"proposer": proposer, "k": k}, "stream": rng.random() < 0.5}
@@ -81,16 +84,27 @@ async def drive(base: str, requests: int, concurrency: int, seed: int, on_tenth)
     return outcomes
 
 
+SUFFIX_TOKENS = 2000  # small, so that the soak evicts many times over
+
+
 def soak(requests: int = 3000, concurrency: int = 8, seed: int = 0) -> dict:
     tok = tiny.tokenizer()
     engine = SpeculativeGenerator.from_models(tiny.model(), tok, "draft", tiny.model(hidden=32, layers=1, seed=1), tok,
-                                              config=EngineConfig(max_batch=8, max_waiting=4 * concurrency))
+                                              config=EngineConfig(max_batch=8, max_waiting=4 * concurrency),
+                                              suffix_memory=SUFFIX_TOKENS)
+    suffix = engine.proposers["suffix"]
     engine.calibrate()
     proc = psutil.Process()
     rss = []
     start = time.perf_counter()
     with live_server(create_app(engine, "tiny")) as (base, _):
-        outcomes = asyncio.run(drive(base, requests, concurrency, seed, lambda n: rss.append((n, proc.memory_info().rss))))
+        memory = []
+
+        def tenth(n):
+            rss.append((n, proc.memory_info().rss))
+            memory.append(suffix.memory_size)
+
+        outcomes = asyncio.run(drive(base, requests, concurrency, seed, tenth))
         metrics = httpx.get(f"{base}/metrics").text
     wall = time.perf_counter() - start
     failed = {k: v for k, v in outcomes.items() if k not in ("ok", "hung up")}
@@ -100,6 +114,9 @@ def soak(requests: int = 3000, concurrency: int = 8, seed: int = 0) -> dict:
         "outcomes": outcomes, "failed": sum(failed.values()), "failures": failed,
         "rss_mb": [(n, round(b / 2**20, 1)) for n, b in rss],
         "rss_growth_mb": round((max(b for _, b in rss) - base_rss) / 2**20, 1) if rss else 0.0,
+        "suffix_memory_tokens": memory, "suffix_memory_bound": SUFFIX_TOKENS,
+        "suffix_memory_within_bound": all(m <= SUFFIX_TOKENS for m in memory),
+        "suffix_counters": dict(suffix.counters),
         "engine": dict(engine.counters), "rows_left": engine.running, "cache_columns_left": engine.target.columns,
         "aborted_in_metrics": sum(float(line.split()[-1]) for line in metrics.splitlines()
                                   if line.startswith('specdecode:request_success_total') and 'abort' in line),

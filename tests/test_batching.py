@@ -54,9 +54,14 @@ def mixed_requests():
         ("ngram", 2, SamplingParams(temperature=1.3, min_p=0.05, seed=14, max_new_tokens=11)),
         ("hybrid", 3, SamplingParams(temperature=1.0, top_k=30, seed=15, max_new_tokens=13)),
         ("hybrid", "auto", SamplingParams(temperature=0.0, max_new_tokens=9)),
+        # The suffix memory differs between the batch and the runs alone after it (they see the
+        # batch's answers): greedy and seeded (drafter-invariant) rows get the same tokens anyway.
+        ("suffix", 4, SamplingParams(temperature=0.0, max_new_tokens=14)),
+        ("hybrid-suffix", "auto", SamplingParams(temperature=1.0, seed=16, max_new_tokens=12)),
+        ("suffix", "auto", SamplingParams(temperature=0.9, top_p=0.8, seed=17, max_new_tokens=10)),
     ])
     return [BatchRequest(list(PROMPTS[i % len(PROMPTS)]), params.replace(ignore_eos=True), k=k, proposer=name)
-            for i, (name, k, params) in zip(range(16), settings)]
+            for i, (name, k, params) in zip(range(22), settings)]
 
 
 @pytest.mark.parametrize("max_batch", [1, 3, 8])
@@ -76,7 +81,7 @@ def test_engine_without_a_draft_model(target_model, tok):
     and join cleanly (a finished row used to crash the step when there was no draft batch)."""
     gen = SpeculativeGenerator.from_models(target_model, tok, "ngram")
     with BatchEngine(gen, max_batch=3, load_policy=False) as engine:
-        requests = [r for r in mixed_requests() if r.proposer not in ("draft", "hybrid")]
+        requests = [r for r in mixed_requests() if r.proposer not in ("draft", "hybrid", "hybrid-suffix")]
         generate_batch(engine, requests)
         for req in requests:
             assert req.finish_reason == "length", req.error

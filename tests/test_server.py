@@ -263,6 +263,7 @@ def test_short_soak_no_failures_no_leftovers():
     # A client that hangs up after its request already finished is not an abort.
     assert 0 < report["aborted_in_metrics"] <= report["outcomes"].get("hung up", 0)
     assert report["rss_growth_mb"] < 100, report["rss_mb"]
+    assert report["suffix_memory_within_bound"] and max(report["suffix_memory_tokens"]) > 0, report
 
 
 def test_the_official_openai_client(server, tok):
@@ -318,3 +319,34 @@ def test_a_seed_means_the_same_text_alone_and_under_load(twin_gen):
         assert ask(1234, "none") == alone  # plain decoding with that seed: the same tokens
         # Control: under the standard rule the proposer consumes the seed's random numbers its own way.
         assert ask(1234, "none", "standard") != ask(1234, "draft", "standard")
+
+
+@pytest.mark.parametrize("scope", ["shared", "client", "off"])
+def test_the_suffix_memory_follows_its_scope_and_shows_in_metrics(twin_gen, scope):
+    """The same prompt twice: the second reply drafts from the first one's memory when both came
+    from one client (or the memory is shared), never across clients under `client`, never under `off`."""
+    engine = BatchEngine(twin_gen, max_batch=4, load_policy=False)
+    if scope == "off":
+        engine.proposers["suffix"].memory_tokens = 0
+    body = {"prompt": "Extract the city: Lisbon.", "max_tokens": 24, "temperature": 0, "ignore_eos": True,
+            "speculative": {"proposer": "suffix", "k": 8}}
+    with live_server(create_app(engine, MODEL, suffix_scope=scope)) as (base, _):
+        def hits(headers=None, **extra):
+            before = metric(base, "specdecode:suffix_memory_hits_total")
+            r = httpx.post(f"{base}/v1/completions", json=body | extra, headers=headers or {}, timeout=60)
+            assert r.status_code == 200, r.text
+            return metric(base, "specdecode:suffix_memory_hits_total") - before
+
+        alice, bob = {"Authorization": "Bearer key-alice"}, {"Authorization": "Bearer key-bob"}
+        assert hits(alice) == 0  # nothing remembered yet
+        assert metric(base, "specdecode:suffix_lookups_total") > 0
+        if scope == "shared":
+            assert hits(bob) > 0 and metric(base, "specdecode:suffix_memory_tokens") > 0
+        elif scope == "client":
+            assert hits(bob) == 0  # another client's answer is not drafted from
+            assert hits(alice) > 0  # the same client's is
+            assert hits(user="carol") == 0 and hits(user="carol") > 0  # the `user` field names a client
+            assert hits() == 0 and hits() == 0  # anonymous requests use no memory
+        else:
+            assert hits(alice) == 0 and metric(base, "specdecode:suffix_memory_tokens") == 0
+    assert engine.running == 0

@@ -7,7 +7,7 @@ from .backends.hf_batch import BatchRunner
 from .backends.serial import SerialRunner
 from .engine import Engine, EngineConfig
 from .models import ModelError, check_vocab_compatible, resolve, split_backend
-from .proposers import PROPOSERS, DraftModelProposer, HybridProposer, NgramProposer, NoProposer
+from .proposers import PROPOSERS, WITH_DRAFT, DraftModelProposer, HybridProposer, NgramProposer, NoProposer, SuffixProposer
 
 
 class SpeculativeGenerator(Engine):
@@ -19,8 +19,9 @@ class SpeculativeGenerator(Engine):
         """Load models by spec ('default', a directory, a .gguf file, a cached Hugging Face id).
 
         `draft` is ignored unless the proposer needs a draft model. Every generator can also run
-        "ngram" and "none" per request. Options: draft_dtype, ngram_max, ngram_min, draft_context,
-        config (engine.EngineConfig).
+        "ngram", "suffix" and "none" per request. Options: draft_dtype, ngram_max, ngram_min,
+        draft_context, suffix_memory (tokens of recent outputs the suffix proposer keeps), config
+        (engine.EngineConfig).
         """
         return load_generator(target=target, draft=draft, proposer=proposer, dtype=dtype, **options)
 
@@ -40,6 +41,7 @@ def load_generator(
     ngram_max: int = 3,
     ngram_min: int = 1,
     draft_context: int | None = None,
+    suffix_memory: int = 100_000,
     config: EngineConfig | None = None,
 ) -> SpeculativeGenerator:
     """draft_dtype defaults to dtype; int8 drafts are cheap and cost nothing in exactness.
@@ -47,11 +49,11 @@ def load_generator(
     _check_proposer(proposer)
     config = config or EngineConfig()
     target_model, tokenizer, draft_model, draft_tokenizer = load_models(
-        target, draft if proposer in ("draft", "hybrid") else None, dtype, draft_dtype, max_rows=config.max_batch
+        target, draft if proposer in WITH_DRAFT else None, dtype, draft_dtype, max_rows=config.max_batch
     )
     gen = build_generator(
         target_model, tokenizer, proposer, draft_model, draft_tokenizer, ngram_max=ngram_max, ngram_min=ngram_min,
-        draft_context=draft_context, config=config,
+        draft_context=draft_context, suffix_memory=suffix_memory, config=config,
     )
     gen.info.update(target=target, draft=draft if draft_model is not None else None, dtype=parse_dtype(dtype),
                     draft_dtype=parse_dtype(draft_dtype or dtype) if draft_model is not None else None)
@@ -128,19 +130,23 @@ def build_generator(
     ngram_max: int = 3,
     ngram_min: int = 1,
     draft_context: int | None = None,
+    suffix_memory: int = 100_000,
     config: EngineConfig | None = None,
 ) -> SpeculativeGenerator:
-    """The generator over loaded models. Every generator can also run `ngram` and `none` per
-    request; `draft` and `hybrid` (lookup first, else the draft) when a draft model is given."""
+    """The generator over loaded models. Every generator can also run `ngram`, `suffix` and `none`
+    per request; `draft`, `hybrid` and `hybrid-suffix` (a lookup first, else the draft) when a draft
+    model is given. suffix_memory: tokens of recent outputs the suffix proposer keeps (0: none)."""
     _check_proposer(proposer)
     runner = as_runner(target_model)
-    proposers = {"none": NoProposer(), "ngram": NgramProposer(max_n=ngram_max, min_n=ngram_min)}
+    proposers = {"none": NoProposer(), "ngram": NgramProposer(max_n=ngram_max, min_n=ngram_min),
+                 "suffix": SuffixProposer(memory_tokens=suffix_memory)}
     if draft_model is not None:
         draft_runner = as_runner(draft_model)
         check_vocab_compatible(tokenizer, draft_tokenizer or tokenizer, runner.vocab_size, draft_runner.vocab_size)
         proposers["draft"] = DraftModelProposer(draft_runner, runner.vocab_size, context_window=draft_context)
         proposers["hybrid"] = HybridProposer(proposers["ngram"], proposers["draft"])
-    elif proposer in ("draft", "hybrid"):
+        proposers["hybrid-suffix"] = HybridProposer(proposers["suffix"], proposers["draft"], name="hybrid-suffix")
+    elif proposer in WITH_DRAFT:
         raise ModelError(f"the {proposer} proposer needs a draft model")
     return SpeculativeGenerator(runner, tokenizer, proposers, default_proposer=proposer,
                                 eos_token_ids=eos_ids(torch_model(target_model) or target_model, tokenizer),

@@ -107,7 +107,7 @@ class PlanInput:
     acceptance: float = 0.7
     k_values: list[int] = field(default_factory=lambda: list(range(1, 9)))
     memory_utilization: float = 0.9  # fraction of device memory a serving engine may use
-    proposer: str = "draft"  # or "ngram": no draft model, proposals cost nothing
+    proposer: str = "draft"  # or "ngram" / "suffix": no draft model, proposals cost nothing
 
 
 def kv_bytes_per_token(shape: Shape, kv_dtype: str) -> float:
@@ -146,9 +146,10 @@ def pass_time(shape: Shape, weight_bytes: float, kv_bytes_read: float, tokens: i
 
 def plan(inp: PlanInput) -> dict:
     t, d = inp.target, inp.draft
-    if inp.proposer == "ngram":
-        d = None  # prompt lookup needs no draft model
-    speculative = inp.proposer == "ngram" or d is not None
+    lookup = inp.proposer in ("ngram", "suffix")
+    if lookup:
+        d = None  # a lookup needs no draft model
+    speculative = lookup or d is not None
     dev = inp.device
     w_t = t.params * WEIGHT_BYTES[inp.dtype]
     kv_tok = kv_bytes_per_token(t, inp.kv_dtype)
@@ -255,6 +256,11 @@ def vllm_command(target: str, draft: str | None, proposer: str, k: int, tp: int,
     if proposer == "ngram":
         spec = {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": ngram_max,
                 "prompt_lookup_min": ngram_min}
+    elif proposer == "suffix":
+        # vLLM runs ArcticInference's suffix decoding (pip install arctic-inference beside vLLM);
+        # factor and probability as ours (proposers/suffix.py).
+        spec = {"method": "suffix", "num_speculative_tokens": k, "suffix_decoding_max_spec_factor": 1.0,
+                "suffix_decoding_min_token_prob": 0.1}
     else:
         spec = {"method": "draft_model", "model": draft, "num_speculative_tokens": k,
                 "draft_tensor_parallel_size": 1}
@@ -263,7 +269,9 @@ def vllm_command(target: str, draft: str | None, proposer: str, k: int, tp: int,
 
 def sglang_command(target: str, draft: str | None, proposer: str, k: int, tp: int) -> str:
     """`python -m sglang.launch_server` flags (checked against SGLang 0.4/0.5's flag names)."""
-    if proposer == "ngram":
+    if proposer in ("ngram", "suffix"):
+        # SGLang has no suffix decoding; its NGRAM cache, which also keeps recent requests' tokens,
+        # is the nearest.
         algo = f"--speculative-algorithm NGRAM --speculative-num-draft-tokens {k + 1}"
     else:
         algo = (f"--speculative-algorithm STANDALONE --speculative-draft-model-path {draft} "

@@ -40,6 +40,8 @@ class Request:
     on_token: OnToken | None = None  # per emitted token (token id, text that became final)
     verifier: str = "token"  # token | block (block.py)
     tree: int = 0  # node budget for tree drafting; not built yet, so only 0 (a chain) is accepted
+    tenant: str | None = None  # the suffix proposer's memory this request reads and feeds (None: shared)
+    remember: bool = True  # False: this request neither reads nor feeds any suffix memory
     id: int = field(default_factory=lambda: next(_ids))
 
     # Filled in by the engine.

@@ -13,9 +13,11 @@ the bare draft step are then scaled to what the acceptance runs' real passes cos
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import time
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -34,6 +36,7 @@ class Costs:
     verify_s: dict[int, float]  # tokens scored in one target pass -> seconds
     draft_token_s: float  # one draft forward of one token (0 for ngram)
     lookup_s: float  # one n-gram lookup
+    suffix_lookup_s: float = 0.0  # one suffix lookup (the request's own index and the memory)
 
     def verify(self, width: float) -> float:
         """Cost of a pass of (possibly fractional, i.e. average) width, interpolated."""
@@ -140,12 +143,20 @@ def measure_costs(gen: Engine, prompt_ids: list[int], max_width: int = 16, repea
     if "draft" in gen.proposers:
         draft_s = time_step(gen.proposers["draft"].runner, prompt_ids, steps=repeats * 2)
     from .proposers.ngram import lookup
+    from .suffix_index import SuffixIndex
 
     arr = np.asarray(prompt_ids * 4)
     t0 = time.perf_counter()
     for _ in range(20):
         lookup(arr, 8, 3, 1)
-    return Costs(verify, draft_s, (time.perf_counter() - t0) / 20)
+    lookup_s = (time.perf_counter() - t0) / 20
+    index = SuffixIndex()
+    index.add(prompt_ids * 4)
+    t0 = time.perf_counter()
+    for _ in range(20):
+        index.lookup(prompt_ids, 8)
+    # Two indexes are searched per pass: the request's own and the memory.
+    return Costs(verify, draft_s, lookup_s, 2 * (time.perf_counter() - t0) / 20)
 
 
 def monotone(by_width: dict[int, float]) -> dict[int, float]:
@@ -161,9 +172,14 @@ def measure_acceptance(gen: Engine, prompts: list[list[int]], proposers: list[st
     by `acceptance_from`. The proposers take turns on each prompt, in alternating order, so that
     the machine's drift falls on all of them alike (their passes set the verify scale they share)."""
     runs: dict[str, list[dict]] = {name: [] for name in proposers}
+    # Each proposer's suffix memory holds its own earlier answers only (suffix and hybrid-suffix
+    # share the proposer): as when it serves alone.
+    memories = {name: OrderedDict() for name in proposers}
+    suffix = gen.proposers.get("suffix")
     for i, ids in enumerate(prompts):
         for name in proposers if i % 2 == 0 else proposers[::-1]:
-            runs[name].append(gen.generate(ids, params, k=k_max, chat=False, proposer=name).stats)
+            with suffix.using(memories[name]) if suffix is not None else contextlib.nullcontext():
+                runs[name].append(gen.generate(ids, params, k=k_max, chat=False, proposer=name).stats)
             if progress:
                 progress()
     return runs
@@ -191,7 +207,7 @@ def acceptance_from(runs: list[dict], proposer: str, k_max: int) -> Acceptance:
     drafted_at = (drafted / passes).tolist()
     # The hybrid's draft model drafts k tokens whenever the lookup finds nothing: at every position
     # in that share of the passes. (The draft alone: its own drafted_at.)
-    model_at = [model_passes / passes] * k_max if proposer == "hybrid" else None
+    model_at = [model_passes / passes] * k_max if proposer in ("hybrid", "hybrid-suffix") else None
     return Acceptance(proposer, k_max, (accepted / passes).tolist(), drafted_at, other / passes,
                       draft / passes, passes, verify / passes, model_at)
 
@@ -216,7 +232,7 @@ def predict(costs: Costs, acc: Acceptance, k: int, scale: float | None = None,
     draft = acc.model_tokens(k) * costs.draft_token_s * (draft_scale(costs, [acc]) if draft_scale_ is None
                                                          else draft_scale_)
     if acc.proposer != "draft" and k:
-        draft += costs.lookup_s
+        draft += costs.suffix_lookup_s if acc.proposer in ("suffix", "hybrid-suffix") else costs.lookup_s
     verify = costs.verify(width) * (verify_scale(costs, [acc]) if scale is None else scale)
     pass_s = draft + verify + acc.other_per_pass_s
     return Prediction(acc.proposer, k, tokens, pass_s, tokens / pass_s,
@@ -281,13 +297,17 @@ def recommend(predictions: list[Prediction]) -> Prediction:
 def measured_tokens_per_s(gen: Engine, prompts: list[list[int]], proposer: str, k: int,
                           params: SamplingParams, progress=None) -> float:
     tokens = seconds = 0.0
-    for ids in prompts:
-        s = gen.generate(ids, params, k=k, chat=False, proposer=proposer).stats
-        # Decode speed: the prefill is the same for every k and would blur the comparison.
-        tokens += s["new_tokens"]
-        seconds += s["total_s"] - s["prefill_s"]
-        if progress:
-            progress()
+    # A fresh suffix memory: the acceptance runs' answers to these very prompts are not a memory
+    # any server would start with.
+    suffix = gen.proposers.get("suffix")
+    with suffix.using(OrderedDict()) if suffix is not None else contextlib.nullcontext():
+        for ids in prompts:
+            s = gen.generate(ids, params, k=k, chat=False, proposer=proposer).stats
+            # Decode speed: the prefill is the same for every k and would blur the comparison.
+            tokens += s["new_tokens"]
+            seconds += s["total_s"] - s["prefill_s"]
+            if progress:
+                progress()
     return tokens / seconds if seconds > 0 else 0.0
 
 

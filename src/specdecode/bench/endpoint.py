@@ -170,7 +170,23 @@ def summarise_level(results: list[RequestResult], wall_s: float, concurrency: in
         "peak_rss_bytes": None,
         "spec_counters_delta": delta,
         "output_tokens_mean": tokens / len(ok) if ok else 0.0,
+        **quarters(results),
     }
+
+
+def quarters(results: list[RequestResult]) -> dict:
+    """Median tokens/s of a request among the first and the last quarter of requests in the order
+    they were sent (at least 8 requests): whether the server speeds up as it serves (a suffix
+    memory filling with earlier answers)."""
+    if len(results) < 8:
+        return {"first_quarter_tokens_per_s": None, "last_quarter_tokens_per_s": None}
+    n = len(results) // 4
+
+    def median_rate(rs):
+        rates = sorted(r.completion_tokens / r.total_s for r in rs if r.ok and r.total_s > 0)
+        return rates[len(rates) // 2] if rates else None
+
+    return {"first_quarter_tokens_per_s": median_rate(results[:n]), "last_quarter_tokens_per_s": median_rate(results[-n:])}
 
 
 def run_endpoint_bench(base: str, prompts: list[str], levels: list[int], requests: int, rate: float | None,

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections import OrderedDict
 import time
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -12,10 +14,12 @@ import psutil
 import torch
 
 from ..engine import Engine
+from ..proposers import WITH_DRAFT
 from ..loading import backend_name, torch_model
 from ..sampling import SamplingParams
 
-ENGINE_METHODS = {"plain": "none", "draft": "draft", "ngram": "ngram", "hybrid": "hybrid"}
+ENGINE_METHODS = {"plain": "none", "draft": "draft", "ngram": "ngram", "suffix": "suffix", "hybrid": "hybrid",
+                  "hybrid-suffix": "hybrid-suffix"}
 HF_METHODS = ("hf", "hf-assisted", "hf-pld")
 LLAMACPP_METHODS = ("llamacpp", "llamacpp-pld")
 ALL_METHODS = (*ENGINE_METHODS, *HF_METHODS, *LLAMACPP_METHODS)
@@ -65,10 +69,12 @@ class EngineMethod:
         self.gen = gen
         # The pooled acceptance as this method's k=auto runs left it, per temperature (see run).
         self.auto_pooled: dict[float, dict] = {}
+        # The suffix memory as this method's own earlier prompts left it, per (k, temperature, seed).
+        self.suffix_memories: dict[tuple, dict] = {}
         self.takes_k = self.proposer != "none"
         # e.g. "torch" or "torch + llamacpp draft": which backend runs which model.
         self.backend = backend_name(gen.target)
-        if self.proposer in ("draft", "hybrid"):
+        if self.proposer in WITH_DRAFT:
             drafter = gen.proposers["draft"]
             self.backend += f" + {backend_name(drafter.runner)} draft"
             if drafter.context_window:
@@ -83,8 +89,14 @@ class EngineMethod:
         saved = self.gen.pooled_acceptance
         if k == "auto":
             self.gen.pooled_acceptance = self.auto_pooled.setdefault(params.temperature, {})
+        # The suffix memory likewise holds what this method generated for the prompts before this
+        # one at the same k, temperature and seed: never this prompt's answer from another k or
+        # repeat, which no server would have seen.
+        suffix = self.gen.proposers.get("suffix")
+        memories = suffix.using(self.suffix_memories.setdefault((k, params.temperature, params.seed), OrderedDict())) \
+            if suffix is not None else contextlib.nullcontext()
         try:
-            with PeakMemory() as mem:
+            with memories, PeakMemory() as mem:
                 out = self.gen.generate(prompt_ids, params.replace(sampler=self.sampler), k=k or 0, chat=False,
                                         proposer=self.proposer, verifier=self.verifier)
         finally:

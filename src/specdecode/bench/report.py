@@ -199,13 +199,17 @@ def write_endpoint_outputs(out_dir: Path, records: list[dict], raw: list[dict], 
     lines += [f"| {k} | {v} |" for k, v in config.items()]
     lines += ["", "Inter-token latency is per token: a streamed chunk's gap is shared by the tokens in it (counted by "
               "tokenizing the chunk, scaled to the server's usage total).", "",
-              "| concurrency | T | ok/requests | tok/s | req/s | TTFT ms | ITL p50/p90/p99 ms | TPOT ms | acceptance |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "First and last quarter: the median tokens/s of one request among the first and the last quarter "
+              "of the requests in the order they were sent (does the server speed up as it serves?).", "",
+              "| concurrency | T | ok/requests | tok/s | req/s | TTFT ms | ITL p50/p90/p99 ms | TPOT ms | acceptance "
+              "| first/last quarter tok/s |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in records:
         itl = "/".join(_fmt(r[key], ".0f", 1000) for key in ("itl_p50_s", "itl_p90_s", "itl_p99_s"))
+        order = "/".join(_fmt(r.get(key), ".2f") for key in ("first_quarter_tokens_per_s", "last_quarter_tokens_per_s"))
         lines.append(f"| {r['concurrency']} | {r['temperature']:g} | {r['requests'] - r['errors']}/{r['requests']} | "
                      f"{r['tokens_per_s']:.2f} | {r['request_throughput']:.2f} | {_fmt(r['ttft_s'], '.0f', 1000)} | "
-                     f"{itl} | {_fmt(r['tpot_s'], '.0f', 1000)} | {_fmt(r['acceptance_rate'], '.1%')} |")
+                     f"{itl} | {_fmt(r['tpot_s'], '.0f', 1000)} | {_fmt(r['acceptance_rate'], '.1%')} | {order} |")
     plots = []
     try:
         import matplotlib

@@ -1,4 +1,5 @@
-"""Benchmark workloads: the bundled Spec-Bench questions, a user's JSONL, a prompt-length sweep."""
+"""Benchmark workloads: the bundled Spec-Bench questions, code prompts and a repetitive workload, a
+user's JSONL, a prompt-length sweep."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-# Spec-Bench reports MT-bench's eight sub-categories as one category.
+# Spec-Bench reports MT-bench's eight sub-categories as one category (in its own file only: another
+# file's "extraction" stays "extraction").
 MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 
 
@@ -28,9 +30,12 @@ def spec_bench_path() -> Path:
     return workload_path("spec-bench")
 
 
-def load_jsonl(path: Path) -> list[Prompt]:
+def load_jsonl(path: Path, spec_bench: bool | None = None) -> list[Prompt]:
     """Spec-Bench format: one JSON object a line with `turns` (list of user messages), optional
-    `category` and `question_id`."""
+    `category` and `question_id`. spec_bench: group MT-bench's sub-categories under mt_bench
+    (default: for the bundled Spec-Bench file only)."""
+    if spec_bench is None:
+        spec_bench = path.resolve() == spec_bench_path().resolve()
     if not path.is_file():
         raise WorkloadError(f"workload file not found: {path} (use 'spec-bench' or a JSONL file)")
     prompts = []
@@ -52,7 +57,7 @@ def load_jsonl(path: Path) -> list[Prompt]:
         if not isinstance(category, str) or not category:
             raise WorkloadError(f"{path} line {number}: 'category' must be a non-empty string")
         sub = category
-        if category in MT_BENCH:
+        if spec_bench and category in MT_BENCH:
             category = "mt_bench"
         prompts.append(Prompt(str(row.get("question_id", number)), category, sub, list(turns)))
     if not prompts:
@@ -107,6 +112,9 @@ def _spread(group: list[Prompt], n: int) -> list[Prompt]:
 BUNDLED_WORKLOADS = {
     "spec-bench": "spec_bench_question.jsonl",  # 480 prompts, 6 categories (see data/NOTICE.md)
     "code": "code_completion.jsonl",  # 24 prompts asking to complete, write, fix or test Python functions
+    # 40 extractions into one JSON schema and 4 four-turn code-edit conversations (--turns all): what
+    # repeats across requests (scripts/make_repetitive_workload.py)
+    "repetitive": "repetitive.jsonl",
 }
 
 
@@ -117,7 +125,7 @@ def workload_path(name: str) -> Path:
 
 
 def load_workload(spec: str, categories: list[str] | None = None, limit: int | None = None) -> list[Prompt]:
-    """spec: a bundled name (spec-bench, code) or a JSONL path, or several joined by commas."""
+    """spec: a bundled name (spec-bench, code, repetitive) or a JSONL path, or several joined by commas."""
     prompts = [p for part in spec.split(",") if part.strip() for p in load_jsonl(workload_path(part.strip()))]
     return select(prompts, categories, limit)
 

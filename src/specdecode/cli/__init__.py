@@ -70,7 +70,12 @@ Target = typer.Option("default", "--target", help="target model: default, a dire
 Draft = typer.Option("default", "--draft", help="draft model (for --proposer draft)")
 
 
-Proposer = typer.Option("draft", "--proposer", help="draft | ngram | hybrid (lookup, else the draft) | none")
+Proposer = typer.Option("draft", "--proposer", help="draft | ngram | suffix (matches in this and earlier outputs) | "
+                        "hybrid (n-gram lookup, else the draft) | hybrid-suffix (suffix, else the draft) | none")
+
+
+SuffixTokens = typer.Option(100_000, "--suffix-cache-tokens", help="tokens of recent outputs the suffix proposer "
+                            "remembers across requests (0: none)")
 
 
 DType = typer.Option("auto", "--dtype", help="auto | bfloat16 (bf16) | float32 (fp32) | int8 (dynamic int8 linears); auto = bf16 where it is fast, else int8")

@@ -33,7 +33,7 @@ def plan(
     context: int = typer.Option(4096, "--context", help="tokens per sequence (prompt + output)"),
     concurrency: int = typer.Option(1, "--concurrency", help="sequences decoding together"),
     acceptance: str = typer.Option("0.7", "--acceptance", help="a number in [0, 1], or a results.json from bench"),
-    proposer: str = typer.Option("draft", "--proposer", help="draft | ngram (for --emit and results.json)"),
+    proposer: str = typer.Option("draft", "--proposer", help="draft | ngram | suffix (for --emit and results.json)"),
     k: str = typer.Option("1,2,3,4,5,6,8", "--k", help="k values to compare"),
     bandwidth: Optional[float] = typer.Option(None, "--bandwidth", help="GB/s, overrides the device table"),
     peak_tflops: Optional[float] = typer.Option(None, "--peak-tflops", help="overrides the device table"),
@@ -82,11 +82,11 @@ def plan(
 
     target_shape = _plan_shape(target, params, "target", layers=layers, hidden=hidden, kv_heads=kv_heads,
                                head_dim=head_dim, vocab=vocab)
-    draft_shape = _plan_shape(draft, draft_params, "draft") if (draft or draft_params) and proposer != "ngram" \
-        else None
+    draft_shape = _plan_shape(draft, draft_params, "draft") if (draft or draft_params) and \
+        proposer not in ("ngram", "suffix") else None
     accept = _plan_acceptance(acceptance, proposer)
-    if proposer not in ("draft", "ngram"):
-        raise InvalidParameter(f"--proposer is draft or ngram, got {proposer!r}")
+    if proposer not in ("draft", "ngram", "suffix"):
+        raise InvalidParameter(f"--proposer is draft, ngram or suffix, got {proposer!r}")
     inp = planner.PlanInput(target_shape, draft_shape, dtype, draft_dtype, kv_dtype, device, max(num_gpus, 1),
                             context, concurrency, accept, parse_list(k, int, "--k"), proposer=proposer)
     result = planner.plan(inp)
@@ -152,7 +152,8 @@ def tune(
     max_new_tokens: int = typer.Option(64, "--max-new-tokens"),
     target: str = Target,
     draft: str = Draft,
-    proposer: str = typer.Option("draft,ngram", "--proposer", help="proposers to consider: draft, ngram, hybrid"),
+    proposer: str = typer.Option("draft,ngram", "--proposer", help="proposers to consider: draft, ngram, suffix, "
+                                 "hybrid, hybrid-suffix"),
     k: str = typer.Option("1,2,3,4,6,8", "--k", help="candidate k values"),
     temperature: float = typer.Option(0.0, "--temperature"),
     dtype: str = DType,
@@ -169,11 +170,12 @@ def tune(
 
     from .. import tune as tuner
     from ..bench.workloads import load_workload
-    from ..proposers import PROPOSERS
+    from ..proposers import PROPOSERS, WITH_DRAFT
 
     names = parse_list(proposer, str, "--proposer")
     if any(n not in PROPOSERS or n == "none" for n in names):
-        raise InvalidParameter(f"--proposer takes draft, ngram and/or hybrid, got {proposer!r}")
+        raise InvalidParameter(f"--proposer takes {', '.join(p for p in PROPOSERS if p != 'none')}, got "
+                               f"{proposer!r}")
     k_values = parse_list(k, int, "--k")
     if any(x < 1 for x in k_values):
         raise InvalidParameter("--k values must be >= 1")
@@ -181,7 +183,7 @@ def tune(
         raise InvalidParameter(f"--measure is best, all or none, got {measure!r}")
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, seed=0)
     prompts = load_workload(workload, parse_list(categories, str, "--categories") if categories else None, limit)
-    needs_draft = "draft" in names or "hybrid" in names
+    needs_draft = any(n in WITH_DRAFT for n in names)
     window = check_draft_context(draft_context)
     gen = load_for_tune(target, draft if needs_draft else None, dtype, draft_dtype, window)
     ids = [gen.encode(p.turns[0]) for p in prompts]
@@ -216,7 +218,7 @@ def tune(
             progress.update(task, description=f"measuring {pred.proposer} k={pred.k}", total=len(ids), completed=0)
             pred.measured_tokens_per_s = tuner.measured_tokens_per_s(gen, ids, pred.proposer, pred.k, params,
                                                                      progress=lambda: progress.advance(task))
-    uses_draft = best.proposer in ("draft", "hybrid")
+    uses_draft = best.proposer in WITH_DRAFT
     choice = {"proposer": best.proposer, "k": best.k, "target": target, "draft": draft if uses_draft else None,
               "dtype": gen.info.get("dtype"), "draft_dtype": gen.info.get("draft_dtype"),
               "draft_context": window if uses_draft else None}

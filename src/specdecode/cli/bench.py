@@ -8,20 +8,21 @@ import typer
 from rich.table import Table
 
 from ..sampling import InvalidParameter, SamplingParams
-from . import (DType, Draft, DraftContext, DraftDType, Target, app, check_draft_context, err, from_config, out,
-               parse_k, parse_list)
+from . import (DType, Draft, DraftContext, DraftDType, SuffixTokens, Target, app, check_draft_context, err,
+               from_config, out, parse_k, parse_list)
 
 
 @app.command()
 def bench(
-    workload: str = typer.Option("spec-bench", "--workload", help="spec-bench, code (24 Python function prompts), or a JSONL file in Spec-Bench's format; several joined by commas"),
+    workload: str = typer.Option("spec-bench", "--workload", help="spec-bench, code (24 Python function prompts), repetitive (40 JSON extractions into one schema, 4 code-edit conversations), or a JSONL file in Spec-Bench's format; several joined by commas"),
     categories: Optional[str] = typer.Option(None, "--categories", help="comma-separated (e.g. coding,qa,mt_bench)"),
     limit: Optional[int] = typer.Option(None, "--limit", help="prompts in all, an equal number per category"),
     turns: str = typer.Option("first", "--turns", help="first | all (a conversation, each turn measured)"),
     prompt_lengths: Optional[str] = typer.Option(None, "--prompt-lengths",
                                                  help="synthetic sweep, e.g. 128,512,2048 (replaces --workload)"),
     methods: str = typer.Option("plain,draft,ngram,hf,hf-assisted", "--methods",
-                                help="plain,draft,ngram,hybrid,hf,hf-assisted,hf-pld,llamacpp,llamacpp-pld"),
+                                help="plain,draft,ngram,suffix,hybrid,hybrid-suffix,hf,hf-assisted,hf-pld,"
+                                "llamacpp,llamacpp-pld"),
     k: str = typer.Option("2,4", "--k", help="comma-separated k values, may include auto"),
     temperature: str = typer.Option("0", "--temperature", help="comma-separated, e.g. 0,1"),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens"),
@@ -33,6 +34,7 @@ def bench(
     dtype: str = DType,
     draft_dtype: Optional[str] = DraftDType,
     draft_context: int = DraftContext,
+    suffix_cache_tokens: int = SuffixTokens,
     out_dir: str = typer.Option("bench-out", "--out", help="directory for results.json, report.md and plots"),
     config: Optional[str] = typer.Option(None, "--config", help="a `tune --save` file: its models and dtypes are "
                                                                 "used and its k joins the grid"),
@@ -70,6 +72,7 @@ def bench(
     from ..bench.runner import BenchConfig, Grid, aggregate, run_grid
     from ..bench.workloads import length_sweep, load_workload
     from ..loading import backend_name, build_generator, load_draft, load_models, torch_model
+    from ..proposers import WITH_DRAFT
 
     if config:  # the saved models and dtypes replace the flags; the saved k joins the compared ones
         target, draft, _, dtype, draft_dtype, saved_k, draft_context = from_config(
@@ -105,7 +108,7 @@ def bench(
     if prompt_lengths is None:
         prompts = load_workload(workload, parse_list(categories, str, "--categories") if categories else None, limit)
 
-    needs_draft = any(m in ("draft", "hybrid", "hf-assisted") for m in method_names)
+    needs_draft = any(m in (*WITH_DRAFT, "hf-assisted") for m in method_names)
     resolved_dtype, resolved_draft = parse_dtype(dtype), parse_dtype(draft_dtype or dtype)
     # Several drafts (e.g. hf:default,llamacpp:default) are compared in one run: the first is
     # `draft` (and hf-assisted's assistant), the others are methods named draft-<backend>.
@@ -114,8 +117,10 @@ def bench(
                                                                   resolved_dtype, resolved_draft)
     if prompt_lengths is not None:
         prompts = length_sweep(tokenizer, parse_list(prompt_lengths, int, "--prompt-lengths"))
+    if suffix_cache_tokens < 0:
+        raise InvalidParameter(f"--suffix-cache-tokens must be >= 0 (0: no memory), got {suffix_cache_tokens}")
     gen = build_generator(target_model, tokenizer, "draft" if draft_model is not None else "none", draft_model,
-                          draft_tok, draft_context=window)
+                          draft_tok, draft_context=window, suffix_memory=suffix_cache_tokens)
     too_long = [(p.id, p.category, n) for p in prompts
                 if (n := len(gen.encode(p.turns[0]))) + max_new_tokens > gen.target.max_context]
     if too_long:
@@ -234,12 +239,14 @@ def bench_endpoint(endpoint, workload, categories, limit, concurrency, requests,
                                                          "ignore_eos": ignore_eos,
                                                          "prompts": len(prompts)})
     table = Table("concurrency", "T", "ok/requests", "tok/s", "req/s", "TTFT ms", "ITL p50/p90/p99 ms", "TPOT ms",
-                  "acceptance")
+                  "acceptance", "first/last quarter tok/s")
     for r in records:
         ms = lambda v: "-" if v is None else f"{v * 1000:.0f}"  # noqa: E731
         table.add_row(str(r["concurrency"]), f"{r['temperature']:g}", f"{r['requests'] - r['errors']}/{r['requests']}",
                       f"{r['tokens_per_s']:.2f}", f"{r['request_throughput']:.2f}", ms(r["ttft_s"]),
                       f"{ms(r['itl_p50_s'])}/{ms(r['itl_p90_s'])}/{ms(r['itl_p99_s'])}", ms(r["tpot_s"]),
-                      "-" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.1%}")
+                      "-" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.1%}",
+                      "/".join("-" if r[key] is None else f"{r[key]:.2f}"
+                               for key in ("first_quarter_tokens_per_s", "last_quarter_tokens_per_s")))
     out.print(table)
     out.print(f"wrote {out_dir}/results.json, {out_dir}/report.md and plots")

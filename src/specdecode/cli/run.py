@@ -12,8 +12,8 @@ import typer
 from rich.table import Table
 
 from ..sampling import InvalidParameter, SamplingParams
-from . import (DType, Draft, DraftContext, DraftDType, Proposer, Sampler, Target, app, check_draft_context, err,
-               from_config, out, parse_k, sampling_from_flags, summary_line)
+from . import (DType, Draft, DraftContext, DraftDType, Proposer, Sampler, SuffixTokens, Target, app,
+               check_draft_context, err, from_config, out, parse_k, sampling_from_flags, summary_line)
 from .render import print_verify_report
 
 
@@ -100,7 +100,8 @@ def verify(
     prompt: str = typer.Argument(..., help="the user message (or raw text with --no-chat)"),
     target: str = Target,
     draft: str = Draft,
-    proposer: str = typer.Option("draft", "--proposer", help="draft | ngram | hybrid, or a comma-separated list"),
+    proposer: str = typer.Option("draft", "--proposer", help="draft | ngram | suffix | hybrid | hybrid-suffix, or a "
+                                 "comma-separated list"),
     k: int = typer.Option(3, "--k", help="tokens drafted per target pass"),
     samples: int = typer.Option(400, "--samples", help="continuations per method"),
     length: int = typer.Option(2, "--length", help="tokens per continuation (L)"),
@@ -125,14 +126,14 @@ def verify(
     from ..engine import EngineConfig
     from ..loading import SpeculativeGenerator
     from ..goodness import one_sample
-    from ..proposers import PROPOSERS
+    from ..proposers import PROPOSERS, WITH_DRAFT
     from ..verify import compare, first_token_probs, sample_continuations
 
     names = [p.strip() for p in proposer.split(",") if p.strip()]
     for name in names:
         if name not in PROPOSERS or name == "none":
-            raise InvalidParameter(f"--proposer takes draft, ngram and/or hybrid (plain sampling always runs), "
-                                   f"got {name!r}")
+            raise InvalidParameter(f"--proposer takes {', '.join(p for p in PROPOSERS if p != 'none')} (plain "
+                                   f"sampling always runs), got {name!r}")
     if samples < 10:
         raise InvalidParameter(f"--samples must be at least 10, got {samples}")
     if not 1 <= length <= 8:
@@ -149,7 +150,7 @@ def verify(
         raise InvalidParameter("--naive replaces the standard rule's residual: use it with --sampler standard")
     if params.greedy:
         raise InvalidParameter("verify compares distributions: use --temperature > 0 (greedy has one outcome)")
-    needs_draft = any(n in ("draft", "hybrid") for n in names)
+    needs_draft = any(n in WITH_DRAFT for n in names)
     gen = SpeculativeGenerator.from_pretrained(
         target=target, draft=draft if needs_draft else None, proposer="draft" if needs_draft else "none",
         dtype=dtype, draft_dtype=draft_dtype, config=EngineConfig(max_batch=batch_size, load_policy=False))
@@ -198,6 +199,10 @@ def serve(
                                                                             "finish on shutdown"),
     config: Optional[str] = typer.Option(None, "--config", help="a `tune --save` file"),
     draft_context: int = DraftContext,
+    suffix_cache_tokens: int = SuffixTokens,
+    suffix_scope: str = typer.Option("shared", "--suffix-scope", help="whose earlier outputs the suffix proposer "
+                                     "drafts from: shared (every request's) | client (the same API key or `user`) "
+                                     "| off"),
 ):
     """OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, /v1/models, /health,
     /metrics) with continuous batching of exact speculative decoding."""
@@ -205,6 +210,7 @@ def serve(
         import uvicorn
 
         from ..server import create_app
+        from ..server.app import SUFFIX_SCOPES
     except ImportError as exc:
         raise InvalidParameter(f"the server needs the serve extra ({exc.name} is missing): "
                                "pip install 'specdecode[serve]'") from None
@@ -220,14 +226,21 @@ def serve(
         raise InvalidParameter(f"--load-policy is on or off, got {load_policy!r}")
     if max_batch < 1 or max_waiting < 0 or max_tokens < 1:
         raise InvalidParameter("--max-batch and --max-tokens must be >= 1 and --max-waiting >= 0")
+    if suffix_scope not in SUFFIX_SCOPES:
+        raise InvalidParameter(f"--suffix-scope is one of {', '.join(SUFFIX_SCOPES)}, got {suffix_scope!r}")
+    if suffix_cache_tokens < 0:
+        raise InvalidParameter(f"--suffix-cache-tokens must be >= 0 (0: no memory), got {suffix_cache_tokens}")
     steps = parse_k(k)
     engine_config = EngineConfig(max_batch=max_batch, max_waiting=max_waiting, load_policy=load_policy == "on")
     gen = SpeculativeGenerator.from_pretrained(target=target, draft=draft, proposer=proposer, dtype=dtype,
-                                               draft_dtype=draft_dtype, draft_context=window, config=engine_config)
+                                               draft_dtype=draft_dtype, draft_context=window,
+                                               suffix_memory=0 if suffix_scope == "off" else suffix_cache_tokens,
+                                               config=engine_config)
     gen.calibrate()
     engine = gen
     name = served_model_name or ("specdecode/" + os.path.basename(str(target).rstrip("/")))
-    app_ = create_app(engine, name, default_k=steps, default_max_tokens=max_tokens, shutdown_grace_s=shutdown_timeout)
+    app_ = create_app(engine, name, default_k=steps, default_max_tokens=max_tokens, shutdown_grace_s=shutdown_timeout,
+                      suffix_scope=suffix_scope)
     err.print(f"serving {name} (target {gen.target.backend}{' ' + gen.info['dtype'] if gen.target.backend.startswith('torch') else ''}, proposer {proposer}, k={steps}, max batch "
               f"{max_batch}, load policy {load_policy}) on http://{host}:{port}", highlight=False)
     uvicorn.run(app_, host=host, port=port, log_level="warning", timeout_graceful_shutdown=shutdown_timeout)

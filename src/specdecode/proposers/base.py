@@ -19,6 +19,8 @@ class Row(Protocol):
     params: SamplingParams
     generator: torch.Generator | None
     invariant: bool  # drafter-invariant sampling: draft the Gumbel-max token of noise(position)
+    tenant: str | None  # whose memory of earlier outputs a suffix proposer may use (None: the shared one)
+    remember: bool  # False: no memory of earlier outputs is read or fed for this row
 
     def noise(self, position: int) -> torch.Tensor:
         """The shared Gumbel noise of an absolute position (invariant rows only)."""

@@ -1,10 +1,11 @@
-"""Prompt lookup first, the draft model where the lookup finds nothing.
+"""A lookup first (prompt lookup or suffix decoding), the draft model where it finds nothing.
 
-The two proposers are good at different text: lookup drafts long runs for nothing where the output
-repeats its context (summaries, retrieval answers, code edits), and nothing at all elsewhere; the
-draft model drafts everywhere, at a price per token. Asking the lookup first and the draft model
-only when it has nothing keeps each where it pays. (llama.cpp's speculative example pairs an
-n-gram cache with a draft model the same way.)
+The two kinds of proposer are good at different text: a lookup drafts long runs for nothing where
+the output repeats its context or earlier outputs (summaries, retrieval answers, code edits,
+extraction into one schema), and nothing at all elsewhere; the draft model drafts everywhere, at a
+price per token. Asking the lookup first and the draft model only when it has nothing keeps each
+where it pays. (llama.cpp's speculative example pairs an n-gram cache with a draft model the same
+way.) `hybrid` pairs the n-gram lookup with the draft, `hybrid-suffix` the suffix proposer.
 
 Exact, like any proposer: which source drafts depends only on the context (and, under k="auto",
 on earlier passes), and each pass is verified with the q of the source that drafted it (one-hot
@@ -13,41 +14,44 @@ for the lookup, the draft's distributions for the model).
 
 from __future__ import annotations
 
-from .base import Proposal
+from .base import Proposal, Proposer
 from .draft import DraftModelProposer
-from .ngram import NgramProposer
 
 
 class HybridProposer:
-    name = "hybrid"
     uses_draft_model = True
 
-    def __init__(self, ngram: NgramProposer, draft: DraftModelProposer):
+    def __init__(self, lookup: Proposer, draft: DraftModelProposer, name: str = "hybrid"):
         # k="auto" chooses between the sources pass by pass (adaptive.SourceChoice): the lookup's
-        # match lengths (ngram3, ngram2, ngram1) and the draft model.
-        self.ngram, self.draft = ngram, draft
-        self.sources = (*ngram.sources, "draft")
+        # (ngram3..ngram1, or suffix16..suffix1) and the draft model.
+        self.name = name
+        self.lookup, self.draft = lookup, draft
+        self.sources = (*lookup.sources, "draft")
 
     def join(self, rows) -> None:
+        self.lookup.join(rows)
         self.draft.join(rows)
 
     def leave(self, rows) -> None:
+        self.lookup.leave(rows)
         self.draft.leave(rows)
 
     def clear(self) -> None:
+        self.lookup.clear()
         self.draft.clear()
 
     def reach(self, row, k: int) -> dict[str, int]:
         """How many tokens each source could draft now: the lookup's match, the model's k."""
-        return {**self.ngram.reach(row, k), "draft": k}
+        return {**self.lookup.reach(row, k), "draft": k}
 
     def propose(self, rows, ks, sources, min_confidence) -> list[Proposal]:
         out: list[Proposal | None] = [None] * len(rows)
-        for i, (row, k, source) in enumerate(zip(rows, ks, sources)):
-            if source != "draft":
-                lookup = self.ngram.lookup(row.context, k)
-                if lookup.tokens or source is not None:
-                    out[i] = lookup
+        asked = [i for i, source in enumerate(sources) if source != "draft"]
+        found = self.lookup.propose([rows[i] for i in asked], [ks[i] for i in asked], [sources[i] for i in asked],
+                                    [min_confidence[i] for i in asked])
+        for i, proposal in zip(asked, found):
+            if proposal.tokens or sources[i] is not None:
+                out[i] = proposal
         rest = [i for i, p in enumerate(out) if p is None]
         drafted = self.draft.propose([rows[i] for i in rest], [ks[i] for i in rest], [None] * len(rest),
                                      [min_confidence[i] for i in rest])

@@ -9,6 +9,7 @@ client that goes away cancels its request, which leaves the batch before the nex
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import threading
 import time
@@ -94,9 +95,20 @@ class Rejected(Exception):
         self.status, self.message, self.kind = status, message, kind
 
 
+SUFFIX_SCOPES = ("shared", "client", "off")
+
+
 def create_app(engine: Engine, model_name: str, default_k: int | str = 4, default_max_tokens: int = 256,
-               shutdown_grace_s: float = 30.0) -> FastAPI:
+               shutdown_grace_s: float = 30.0, suffix_scope: str = "shared") -> FastAPI:
+    """suffix_scope: whose earlier outputs the suffix proposer drafts from: every request's
+    (shared), the same client's (its API key, else its `user` field; a request with neither uses no
+    memory), or nobody's (off)."""
+    if suffix_scope not in SUFFIX_SCOPES:
+        raise ValueError(f"the suffix memory's scope is one of {', '.join(SUFFIX_SCOPES)}, got {suffix_scope!r}")
     metrics = ServerMetrics(model_name)
+    suffix = engine.proposers.get("suffix")
+    if suffix is not None:
+        metrics.watch_suffix(suffix)
     worker = EngineWorker(engine, metrics)
     gen = engine
     state = {"draining": False}
@@ -174,6 +186,7 @@ def create_app(engine: Engine, model_name: str, default_k: int | str = 4, defaul
                                 k=spec.k if spec and spec.k is not None else default_k,
                                 proposer=spec.proposer if spec else None,
                                 verifier=spec.verifier if spec else "token", tree=spec.tree if spec else 0)
+            req.tenant, req.remember = _tenant(suffix_scope, request, body.user)
             engine.check(req)
         except (InvalidParameter, RequestError, ValueError) as exc:
             raise Rejected(400, str(exc)) from None
@@ -198,6 +211,20 @@ def create_app(engine: Engine, model_name: str, default_k: int | str = 4, defaul
         return _full_response(req, "".join(text), rid, model_name, chat)
 
     return app
+
+
+def _tenant(scope: str, request: Request, user: str | None) -> tuple[str | None, bool]:
+    """(tenant, remember) of a request's suffix memory under the server's scope. API keys are kept
+    only as a hash."""
+    if scope == "shared":
+        return None, True
+    if scope == "client":
+        auth = request.headers.get("authorization", "")
+        if auth.lower().startswith("bearer ") and auth[7:].strip():
+            return "key:" + hashlib.sha256(auth[7:].strip().encode()).hexdigest()[:16], True
+        if user:
+            return "user:" + user, True
+    return None, False
 
 
 def _bridge(loop: asyncio.AbstractEventLoop, events: asyncio.Queue, metrics: ServerMetrics):

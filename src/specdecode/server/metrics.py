@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 PREFIX = "specdecode:"
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0)
@@ -68,3 +69,28 @@ class ServerMetrics:
 
     def reject(self, reason: str) -> None:
         self.rejected.labels(reason=reason, **self.labels).inc()
+
+    def watch_suffix(self, proposer) -> None:
+        """Export the suffix proposer's lookups, hits (in the request itself, in the memory of
+        earlier outputs) and memory size; hit rate = hits / lookups."""
+        self.registry.register(_SuffixCollector(proposer, self.labels))
+
+
+class _SuffixCollector:
+    def __init__(self, proposer, labels: dict):
+        self.proposer, self.labels = proposer, labels
+
+    def collect(self):
+        names = list(self.labels)
+        values = list(self.labels.values())
+        counters = self.proposer.counters
+        for key, doc in (("lookups", "Suffix proposer lookups (passes that could draft)"),
+                         ("memory_hits", "Suffix lookups answered from the memory of earlier outputs"),
+                         ("own_hits", "Suffix lookups answered from the request's own prompt and output")):
+            family = CounterMetricFamily(PREFIX + "suffix_" + key, doc, labels=names)
+            family.add_metric(values, counters[key])
+            yield family
+        size = GaugeMetricFamily(PREFIX + "suffix_memory_tokens", "Tokens held in the suffix memories",
+                                 labels=names)
+        size.add_metric(values, self.proposer.memory_size)
+        yield size

@@ -24,7 +24,7 @@ class StreamOptions(BaseModel):
 
 class Speculative(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    proposer: Literal["draft", "ngram", "hybrid", "none"] | None = None
+    proposer: Literal["draft", "ngram", "suffix", "hybrid", "hybrid-suffix", "none"] | None = None
     k: int | Literal["auto"] | None = None
     verifier: Literal["token", "block"] = "token"
     tree: int = 0  # tree drafting is not built yet: anything but 0 is refused
@@ -66,6 +66,7 @@ class CommonRequest(BaseModel):
     speculative: Speculative | None = None
     # "standard" | "invariant" (drafter-invariant sampling); default: invariant when seeded.
     sampler: Literal["standard", "invariant"] | None = None
+    user: str | None = None  # OpenAI's end-user id: the suffix memory's tenant under --suffix-scope client
 
     def unsupported(self) -> str | None:
         for name in REFUSED:
