@@ -234,6 +234,42 @@ def test_policy_turns_speculation_off_when_verification_cost_grows_with_width():
     assert policy(flat, margin=0.0).cap([RowPlan(1, AcceptanceTracker(0.04), False)] * 2) == 1
 
 
+def test_policy_charges_a_draft_models_catch_up_to_the_step_that_turns_it_on():
+    gpu_like = CostCurve({1: 0.010, 8: 0.0105, 16: 0.011, 64: 0.014})
+    costs = costs_of(gpu_like, CostCurve({1: 0.001, 8: 0.0012}))
+    caught_up = [RowPlan(4, AcceptanceTracker(0.8), True, behind=1)] * 2
+    far_behind = [RowPlan(4, AcceptanceTracker(0.8), True, behind=300)] * 2
+    assert LoadPolicy(costs).cap(far_behind) == 4  # a catch-up of unknown cost is not charged
+    costs.observe_catch_up(128, 0.128)  # 1 ms a token: 0.6 s to catch two rows up on 300 tokens
+    assert LoadPolicy(costs).cap(caught_up) == 4
+    assert LoadPolicy(costs).cap(far_behind) == 0
+    # Lookup rows catch nothing up.
+    assert LoadPolicy(costs).cap([RowPlan(4, AcceptanceTracker(0.8), False)] * 2) == 4
+
+
+def test_a_probe_skips_rows_whose_draft_model_is_far_behind(small_draft_gen, monkeypatch):
+    with BatchEngine(small_draft_gen, max_batch=4) as engine:
+        real = engine.policy.cap
+
+        def probe(wants):
+            real(wants)
+            engine.policy.probing = True
+            return 1
+
+        monkeypatch.setattr(engine.policy, "cap", probe)
+        # The lookup row takes at least 4 passes (at most 2 tokens each), the draft row exactly 4:
+        # it is never alone (one row would draft at its own k).
+        reqs = [BatchRequest(list(PROMPTS[3]), SamplingParams(max_new_tokens=4, ignore_eos=True), k=3,
+                             proposer="draft"),
+                BatchRequest(list(PROMPTS[0]), SamplingParams(max_new_tokens=8, ignore_eos=True), k=3,
+                             proposer="ngram")]
+        generate_batch(engine, reqs)
+        # The draft row never started its draft cache (it was behind by its whole prompt); the
+        # lookup row drafted the probe's one token a pass.
+        assert reqs[0].stats.drafted_tokens == 0
+        assert reqs[1].stats.drafted_tokens > 0 and len(reqs[1].stats.drafted_per_position) == 1
+
+
 def test_policy_learns_what_wide_multi_row_passes_really_cost():
     """Calibrated on one row, scoring more tokens looks free; passes over 8 rows say otherwise."""
     flat = CostCurve({1: 0.10, 8: 0.10, 16: 0.11, 32: 0.12, 64: 0.13})

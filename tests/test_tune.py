@@ -73,14 +73,16 @@ def test_tune_cli_recommends_and_saves(monkeypatch, capsys, tiny_dirs, tmp_path)
     result = json.loads(run_ok(monkeypatch, capsys, "tune", "--target", tiny_dirs["target"], "--draft",
                                tiny_dirs["draft"], "--dtype", "fp32", "--limit", "2", "--categories", "qa",
                                "--max-new-tokens", "8", "--k", "1,2,4", "--save", str(saved), "--proposer",
-                               "draft,ngram,hybrid", "--draft-context", "16", "--json"))
+                               "draft,ngram,suffix,hybrid", "--draft-context", "16", "--json"))
     for key in ("proposer", "k", "predicted_tokens_per_s", "table"):
         assert key in result
-    assert len(result["table"]) == 10 and result["measured_tokens_per_s"] > 0  # plain + 3 proposers x 3 k
+    assert len(result["table"]) == 13 and result["measured_tokens_per_s"] > 0  # plain + 4 proposers x 3 k
     # The raw acceptance runs come with the answer, one per prompt and proposer, enough to redo it.
     runs = result["acceptance_runs"]
-    assert sorted(runs) == ["draft", "hybrid", "ngram"] and all(len(r) == 2 for r in runs.values())
-    costs = Costs({int(w): t for w, t in result["verify_cost_s"].items()}, result["draft_token_s"], result["lookup_s"])
+    assert sorted(runs) == ["draft", "hybrid", "ngram", "suffix"] and all(len(r) == 2 for r in runs.values())
+    assert 0 < result["suffix_lookup_s"] < 0.05
+    costs = Costs({int(w): t for w, t in result["verify_cost_s"].items()}, result["draft_token_s"], result["lookup_s"],
+                  result["suffix_lookup_s"])
     accs = {name: acceptance_from(r, name, 4) for name, r in runs.items()}
     assert accs["hybrid"].model_drafted_at is not None and 0 <= accs["hybrid"].model_drafted_at[0] <= 1
     redone = candidates(costs, accs, [1, 2, 4])

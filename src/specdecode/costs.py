@@ -73,7 +73,8 @@ class PassCosts:
 
     verify: the one-row target pass by width; observed / correction: passes over several rows;
     per_draft: each source's cost per drafted token at one row; draft: one batched draft step by the
-    number of rows drafting."""
+    number of rows drafting; catch_up: seconds per context token a draft model processes before it
+    can draft for a row (its prefill of a row it has not seen, or what it missed while not drafting)."""
 
     def __init__(self, smoothing: float = 0.2):
         self.verify = CostCurve(smoothing=smoothing)
@@ -81,6 +82,7 @@ class PassCosts:
         self.per_draft: dict[str, float] = {}
         self.observed: dict[tuple[int, int], float] = {}
         self.correction: dict[int, float] = {}
+        self.catch_up: float | None = None
         self.smoothing = smoothing
 
     def observe(self, proposer: str, drafted: int, draft_s: float, width: int, verify_s: float) -> None:
@@ -99,6 +101,14 @@ class PassCosts:
         predicted = self.verify(rows * width)
         if predicted > 0:
             self.correction[rows] = ema(self.correction.get(rows), seconds / predicted, self.smoothing)
+
+    def observe_catch_up(self, tokens: int, seconds: float) -> None:
+        if tokens > 0 and seconds > 0:
+            self.catch_up = ema(self.catch_up, seconds / tokens, self.smoothing)
+
+    def catch_up_seconds(self, tokens: int) -> float:
+        """What a draft model pays to process `tokens` context tokens first (0 until measured)."""
+        return tokens * (self.catch_up or 0.0)
 
     def known(self, proposer: str) -> bool:
         return bool(self.verify.points) and proposer in self.per_draft

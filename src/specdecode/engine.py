@@ -32,7 +32,8 @@ from .backends.base import Runner
 from .block import block_rejection_sample
 from .calibration import calibrate
 from .costs import AcceptanceTracker, PassCosts
-from .load_policy import LoadPolicy, RowPlan
+from .load_policy import LoadPolicy
+from .planning import Plan, plan_rows
 from .prompts import Prompt, chat_ids, encode
 from .proposers import Proposal, Proposer
 from .rejection import rejection_sample
@@ -64,12 +65,6 @@ class EngineConfig:
             raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
         if self.k_max < 1:
             raise ValueError(f"k_max must be >= 1, got {self.k_max}")
-
-
-@dataclass
-class _Plan:
-    source: str | None  # k="auto": the source that drafts this pass
-    k: int
 
 
 class Engine:
@@ -295,32 +290,16 @@ class Engine:
             req.stats.prefill_s = time.perf_counter() - start
         self.counters["admitted"] += len(group)
 
-    def _plan(self, rows: list[Request]) -> list[_Plan]:
-        """Each row's (source, k), then the load cap over the batch (the identity at one row)."""
-        limit = self.target.max_context
-        costs = self.pass_costs if self.config.cost_rule else None
-        plans, wants = [], []
-        for r in rows:
-            proposer = self.proposers[r.proposer]
-            room = r.room(limit)
-            if r.auto is not None:
-                source, k = r.auto.choose(costs, proposer.reach(r, self.config.k_max))
-                acceptance = r.auto.rules[source].acceptance
-            else:
-                source, k = None, r.k
-                if len(rows) > 1:  # what the row can really draft now (a lookup may find nothing)
-                    k = min(k, max(proposer.reach(r, k).values(), default=0))
-                acceptance = r.acceptance
-            plans.append(_Plan(source, min(k, room)))
-            wants.append(RowPlan(plans[-1].k, acceptance, proposer.uses_draft_model))
-        cap = self.policy.cap(wants)
+    def _plan(self, rows: list[Request]) -> list[Plan]:
+        """Each row's (source, k), then the load cap over the batch (planning.py)."""
+        plans, wanted = plan_rows(rows, self.proposers, self.policy,
+                                  self.pass_costs if self.config.cost_rule else None, self.config.k_max,
+                                  self.target.max_context)
         self.counters["steps"] += 1
-        self.counters["speculation_off_steps"] += int(cap == 0 and any(w.wanted for w in wants))
-        for plan in plans:
-            plan.k = min(plan.k, cap)
+        self.counters["speculation_off_steps"] += int(self.policy.last_cap == 0 and wanted)
         return plans
 
-    def _propose(self, rows: list[Request], plans: list[_Plan]) -> list[Proposal]:
+    def _propose(self, rows: list[Request], plans: list[Plan]) -> list[Proposal]:
         out: list[Proposal | None] = [None] * len(rows)
         groups: dict[str, list[int]] = {}
         for b, r in enumerate(rows):
@@ -350,6 +329,10 @@ class Engine:
         model_rows = [p for p in proposals if p.source == "draft"]
         if model_rows and not any(p.caught_up for p in model_rows):
             costs.draft.observe(len(model_rows), draft_s / max(len(p.tokens) for p in model_rows))
+        elif len(model_rows) == 1 and len(rows) == 1:
+            # One row caught up: what is left of the pass beyond its drafting steps is the catch-up.
+            p = model_rows[0]
+            costs.observe_catch_up(p.fed, draft_s - (len(p.tokens) - 1) * costs.draft_step(1))
         for r, plan, p, v in zip(rows, plans, proposals, verdicts):
             drafted = len(p.tokens)
             self.pooled(p.source).update(drafted, v.accepted, v.chances)

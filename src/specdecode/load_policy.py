@@ -2,8 +2,8 @@
 
 Each row first picks its own k (fixed, or k="auto"'s choice). Over B > 1 rows the step's cap on
 k is the one that maximises sum_b E_b(min(cap, k_b)) / cost(cap), with cost(cap) the B-row verify
-pass at width 1 + cap plus cap batched draft steps (costs.best_k, the same rule k="auto" uses for
-one row). At one row the cap is the identity: the row's own choice already is that maximum. k = 0
+pass at width 1 + cap plus cap batched draft steps and the draft model's catch-up on what its rows
+missed (costs.best_k, the same rule k="auto" uses for one row). At one row the cap is the identity: the row's own choice already is that maximum. k = 0
 is plain decoding, so under heavy load or low acceptance speculation turns itself off instead of
 slowing everyone down.
 """
@@ -21,7 +21,8 @@ class RowPlan:
 
     wanted: int  # its own k for this step (after max_new_tokens and context limits)
     acceptance: AcceptanceTracker  # its recent acceptance by position
-    uses_draft_model: bool
+    uses_draft_model: bool  # this step's drafts would come from the draft model
+    behind: int = 0  # context tokens the draft model must process first (its catch-up)
 
 
 class LoadPolicy:
@@ -40,9 +41,11 @@ class LoadPolicy:
         self.probe_every = probe_every
         self.wait = probe_every
         self.off_streak = 0
+        self.probing = False  # the last cap was a probe: only rows that need no catch-up take it
 
     def cap(self, rows: list[RowPlan]) -> int:
         """The largest k any row may draft this step (rows keep their own smaller k)."""
+        self.probing = False
         most = max((r.wanted for r in rows), default=0)
         if not self.enabled or len(rows) <= 1 or most == 0 or not self.costs.verify.points:
             self.last_cap = most
@@ -54,7 +57,7 @@ class LoadPolicy:
         else:
             self.off_streak += 1
             if self.probe_every and self.off_streak >= self.wait:
-                best, self.off_streak = 1, 0
+                best, self.off_streak, self.probing = 1, 0, True
                 self.wait = min(2 * self.wait, 16 * self.probe_every)
         self.last_cap = best
         return best
@@ -69,4 +72,7 @@ class LoadPolicy:
         drafting = [r for r in rows if r.uses_draft_model and min(cap, r.wanted) > 0]
         if drafting:
             cost += max(min(cap, r.wanted) for r in drafting) * self.costs.draft_step(len(drafting))
+            # A row whose draft model fell behind (or never started) is caught up first: charged
+            # to the step that turns it on, so a switch must pay for itself.
+            cost += self.costs.catch_up_seconds(sum(r.behind for r in drafting))
         return max(cost, 1e-9)

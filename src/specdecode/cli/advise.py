@@ -225,6 +225,7 @@ def tune(
     result = {**choice, "predicted_tokens_per_s": best.predicted_tokens_per_s,
               "measured_tokens_per_s": best.measured_tokens_per_s, "plain_tokens_per_s": plain,
               "verify_cost_s": costs.verify_s, "draft_token_s": costs.draft_token_s, "lookup_s": costs.lookup_s,
+              "suffix_lookup_s": costs.suffix_lookup_s,
               "acceptance": {n: a.accepted_at for n, a in accs.items()},
               "table": [tuner.as_dict(p) for p in predictions], "per_category": per_category,
               # The acceptance runs themselves (per prompt), so that the predictions can be redone.

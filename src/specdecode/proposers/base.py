@@ -73,6 +73,10 @@ class Proposer(Protocol):
     def reach(self, row: Row, k: int) -> dict[str, int]:
         """How many tokens (at most k) each source could draft for this row now."""
 
+    def behind(self, row: Row) -> int:
+        """Context tokens a draft model must process before it drafts for this row (its prefill of a
+        row it has not seen, or what it missed while the row was not drafting); 0 for lookups."""
+
     def propose(self, rows: list[Row], ks: list[int], sources: list[str | None],
                 min_confidence: list[float]) -> list[Proposal]:
         """Up to ks[i] tokens following rows[i].context, from sources[i] (None: the proposer's own
@@ -90,3 +94,6 @@ class Stateless:
 
     def clear(self) -> None:
         pass
+
+    def behind(self, row) -> int:
+        return 0

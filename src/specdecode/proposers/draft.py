@@ -80,6 +80,14 @@ class DraftModelProposer:
     def reach(self, row, k: int) -> dict[str, int]:
         return {"draft": k}
 
+    def behind(self, row) -> int:
+        state = self.state.get(row.id)
+        if state is None:
+            return len(row.context) - 1 - self._offset(row)
+        window = row.context[state.offset:]
+        keep = common_prefix(state.cached, window, start=min(state.stable, len(state.cached)))
+        return max(0, len(window) - 1 - keep)
+
     # -- drafting --------------------------------------------------------------------------------
 
     def propose(self, rows, ks, sources=None, min_confidence=None) -> list[Proposal]:

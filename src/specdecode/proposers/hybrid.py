@@ -40,6 +40,9 @@ class HybridProposer:
         self.lookup.clear()
         self.draft.clear()
 
+    def behind(self, row) -> int:
+        return self.draft.behind(row)
+
     def reach(self, row, k: int) -> dict[str, int]:
         """How many tokens each source could draft now: the lookup's match, the model's k."""
         return {**self.lookup.reach(row, k), "draft": k}

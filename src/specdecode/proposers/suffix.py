@@ -117,6 +117,9 @@ class SuffixProposer:
         """Tokens held across all memories."""
         return sum(len(m) for m in list(self.memories.values()))
 
+    def behind(self, row) -> int:
+        return 0
+
     # -- drafting --------------------------------------------------------------------------------
 
     def reach(self, row, k: int) -> dict[str, int]:

@@ -1,0 +1,48 @@
+"""The plan stage of a step: each row's source and k, then the load cap over the batch.
+
+A row's own choice is fixed k (cut to what its proposer can draft now when it shares the batch) or
+k="auto"'s (adaptive.SourceChoice, at the measured costs); the load cap (load_policy.py) then bounds
+every row's k by what pays for the whole batch, the identity at one row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .load_policy import LoadPolicy, RowPlan
+
+# Under a load-policy probe, rows whose draft model is further behind than this draft nothing: a
+# probe measures acceptance, and that is not worth a draft model's catch-up.
+PROBE_BEHIND = 2
+
+
+@dataclass
+class Plan:
+    source: str | None  # k="auto": the source that drafts this pass
+    k: int
+
+
+def plan_rows(rows, proposers: dict, policy: LoadPolicy, costs, k_max: int, limit: int) -> tuple[list[Plan], bool]:
+    """(a plan per row, whether any row wanted to draft); costs None: k="auto" without its cost rule."""
+    plans, wants = [], []
+    for r in rows:
+        proposer = proposers[r.proposer]
+        model = proposer.uses_draft_model
+        if r.auto is not None:
+            source, k = r.auto.choose(costs, proposer.reach(r, k_max))
+            acceptance = r.auto.rules[source].acceptance
+            model = source == "draft"
+        else:
+            source, k = None, r.k
+            if len(rows) > 1:  # what the row can really draft now (a lookup may find nothing)
+                reach = proposer.reach(r, k)
+                k = min(k, max(reach.values(), default=0))
+                # A hybrid row asks its lookup first: the model drafts only where it has nothing.
+                model = model and not any(n for name, n in reach.items() if name != "draft")
+            acceptance = r.acceptance
+        plans.append(Plan(source, min(k, r.room(limit))))
+        wants.append(RowPlan(plans[-1].k, acceptance, model, proposer.behind(r) if model and k else 0))
+    cap = policy.cap(wants)
+    for plan, want in zip(plans, wants):
+        plan.k = 0 if policy.probing and want.behind > PROBE_BEHIND else min(plan.k, cap)
+    return plans, any(w.wanted for w in wants)
