@@ -1,13 +1,13 @@
 #!/bin/bash
 # A suffix-decoding server (shared memory) fed the repetitive workload's 40 extractions in order at
-# concurrency 1, twice: does a request in the last quarter run faster than one in the first, as the
+# concurrency 1: does a request in the last quarter run faster than one in the first, as the
 # memory fills with earlier answers? Then the same with the memory off (--suffix-scope off), the
-# control. Usage: scripts/suffix_server.sh OUT_DIR [TARGET]
+# control. Usage: scripts/suffix_server.sh OUT_DIR [TARGET]   (SCOPES="shared" for the first alone)
 set -euo pipefail
 OUT=${1:-suffix-serve-out}; TARGET=${2:-default}
 SD=${SD:-.venv/bin/specdecode}
 mkdir -p "$OUT"
-for scope in shared off; do
+for scope in ${SCOPES:-shared off}; do
   port=$([ "$scope" = shared ] && echo 8131 || echo 8132)
   $SD serve --port "$port" --target "$TARGET" --proposer suffix --k auto --suffix-scope "$scope" \
       > "$OUT/$scope.serve.log" 2>&1 &
