@@ -3,9 +3,9 @@
 Each row first picks its own k (fixed, or k="auto"'s choice). Over B > 1 rows the step's cap on
 k is the one that maximises sum_b E_b(min(cap, k_b)) / cost(cap), with cost(cap) the B-row verify
 pass at width 1 + cap plus cap batched draft steps and the draft model's catch-up on what its rows
-missed (costs.best_k, the same rule k="auto" uses for one row). At one row the cap is the identity: the row's own choice already is that maximum. k = 0
-is plain decoding, so under heavy load or low acceptance speculation turns itself off instead of
-slowing everyone down.
+missed (costs.best_k, the same rule k="auto" uses for one row). At one row the cap is the identity:
+the row's own choice already is that maximum. k = 0 is plain decoding, so under heavy load or low
+acceptance speculation turns itself off instead of slowing everyone down.
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ the bare draft step are then scaled to what the acceptance runs' real passes cos
 
 from __future__ import annotations
 
-import contextlib
 import json
 import statistics
 import time
@@ -26,6 +25,7 @@ import torch
 from scipy.optimize import isotonic_regression
 
 from .engine import Engine
+from .proposers.suffix import memories_for
 from .sampling import SamplingParams
 
 CONFIG_KEYS = ("proposer", "k", "target", "draft", "dtype", "draft_dtype", "draft_context")
@@ -175,10 +175,9 @@ def measure_acceptance(gen: Engine, prompts: list[list[int]], proposers: list[st
     # Each proposer's suffix memory holds its own earlier answers only (suffix and hybrid-suffix
     # share the proposer): as when it serves alone.
     memories = {name: OrderedDict() for name in proposers}
-    suffix = gen.proposers.get("suffix")
     for i, ids in enumerate(prompts):
         for name in proposers if i % 2 == 0 else proposers[::-1]:
-            with suffix.using(memories[name]) if suffix is not None else contextlib.nullcontext():
+            with memories_for(gen.proposers, memories[name]):
                 runs[name].append(gen.generate(ids, params, k=k_max, chat=False, proposer=name).stats)
             if progress:
                 progress()
@@ -299,8 +298,7 @@ def measured_tokens_per_s(gen: Engine, prompts: list[list[int]], proposer: str, 
     tokens = seconds = 0.0
     # A fresh suffix memory: the acceptance runs' answers to these very prompts are not a memory
     # any server would start with.
-    suffix = gen.proposers.get("suffix")
-    with suffix.using(OrderedDict()) if suffix is not None else contextlib.nullcontext():
+    with memories_for(gen.proposers, OrderedDict()):
         for ids in prompts:
             s = gen.generate(ids, params, k=k, chat=False, proposer=proposer).stats
             # Decode speed: the prefill is the same for every k and would blur the comparison.

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections import OrderedDict
 import time
@@ -15,6 +14,7 @@ import torch
 
 from ..engine import Engine
 from ..proposers import WITH_DRAFT
+from ..proposers.suffix import memories_for
 from ..loading import backend_name, torch_model
 from ..sampling import SamplingParams
 
@@ -92,9 +92,8 @@ class EngineMethod:
         # The suffix memory likewise holds what this method generated for the prompts before this
         # one at the same k, temperature and seed: never this prompt's answer from another k or
         # repeat, which no server would have seen.
-        suffix = self.gen.proposers.get("suffix")
-        memories = suffix.using(self.suffix_memories.setdefault((k, params.temperature, params.seed), OrderedDict())) \
-            if suffix is not None else contextlib.nullcontext()
+        memories = memories_for(self.gen.proposers,
+                                self.suffix_memories.setdefault((k, params.temperature, params.seed), OrderedDict()))
         try:
             with memories, PeakMemory() as mem:
                 out = self.gen.generate(prompt_ids, params.replace(sampler=self.sampler), k=k or 0, chat=False,

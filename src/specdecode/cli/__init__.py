@@ -100,6 +100,12 @@ def check_draft_context(n: int | None) -> int | None:
     return n or None
 
 
+def check_suffix_tokens(n: int) -> int:
+    if n < 0:
+        raise InvalidParameter(f"--suffix-cache-tokens must be >= 0 (0: no memory), got {n}")
+    return n
+
+
 def parse_list(value: str, kind, flag: str) -> list:
     try:
         items = [kind(x.strip()) for x in value.split(",") if x.strip()]

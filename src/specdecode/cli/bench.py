@@ -8,8 +8,8 @@ import typer
 from rich.table import Table
 
 from ..sampling import InvalidParameter, SamplingParams
-from . import (DType, Draft, DraftContext, DraftDType, SuffixTokens, Target, app, check_draft_context, err,
-               from_config, out, parse_k, parse_list)
+from . import (DType, Draft, DraftContext, DraftDType, SuffixTokens, Target, app, check_draft_context,
+               check_suffix_tokens, err, from_config, out, parse_k, parse_list)
 
 
 @app.command()
@@ -117,10 +117,9 @@ def bench(
                                                                   resolved_dtype, resolved_draft)
     if prompt_lengths is not None:
         prompts = length_sweep(tokenizer, parse_list(prompt_lengths, int, "--prompt-lengths"))
-    if suffix_cache_tokens < 0:
-        raise InvalidParameter(f"--suffix-cache-tokens must be >= 0 (0: no memory), got {suffix_cache_tokens}")
     gen = build_generator(target_model, tokenizer, "draft" if draft_model is not None else "none", draft_model,
-                          draft_tok, draft_context=window, suffix_memory=suffix_cache_tokens)
+                          draft_tok, draft_context=window,
+                          suffix_memory=check_suffix_tokens(suffix_cache_tokens))
     too_long = [(p.id, p.category, n) for p in prompts
                 if (n := len(gen.encode(p.turns[0]))) + max_new_tokens > gen.target.max_context]
     if too_long:

@@ -13,7 +13,8 @@ from rich.table import Table
 
 from ..sampling import InvalidParameter, SamplingParams
 from . import (DType, Draft, DraftContext, DraftDType, Proposer, Sampler, SuffixTokens, Target, app,
-               check_draft_context, err, from_config, out, parse_k, sampling_from_flags, summary_line)
+               check_draft_context, check_suffix_tokens, err, from_config, out, parse_k, sampling_from_flags,
+               summary_line)
 from .render import print_verify_report
 
 
@@ -228,8 +229,7 @@ def serve(
         raise InvalidParameter("--max-batch and --max-tokens must be >= 1 and --max-waiting >= 0")
     if suffix_scope not in SUFFIX_SCOPES:
         raise InvalidParameter(f"--suffix-scope is one of {', '.join(SUFFIX_SCOPES)}, got {suffix_scope!r}")
-    if suffix_cache_tokens < 0:
-        raise InvalidParameter(f"--suffix-cache-tokens must be >= 0 (0: no memory), got {suffix_cache_tokens}")
+    check_suffix_tokens(suffix_cache_tokens)
     steps = parse_k(k)
     engine_config = EngineConfig(max_batch=max_batch, max_waiting=max_waiting, load_policy=load_policy == "on")
     gen = SpeculativeGenerator.from_pretrained(target=target, draft=draft, proposer=proposer, dtype=dtype,

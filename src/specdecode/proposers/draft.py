@@ -99,11 +99,7 @@ class DraftModelProposer:
         fresh = [rows[i] for i in active if rows[i].id not in self.state]
         if len(active) > 1:
             for i in active:
-                state = self.state.get(rows[i].id)
-                if state is None:
-                    continue
-                window = rows[i].context[state.offset:]
-                if len(window) - 1 - common_prefix(state.cached, window) > REJOIN_AFTER:
+                if rows[i].id in self.state and self.behind(rows[i]) > REJOIN_AFTER:
                     self.leave([rows[i]])
                     fresh.append(rows[i])
         self._start(fresh)

@@ -36,6 +36,13 @@ PROMPT_TAIL = 32  # prompt tokens kept before each remembered output
 MAX_TENANTS = 256  # separate memories kept at once (least recently used tenants dropped)
 
 
+def memories_for(proposers: dict, memories: OrderedDict):
+    """Run with the generator's suffix proposer reading and feeding `memories` (a no-op without
+    one): a benchmark keeps each method's memory apart."""
+    suffix = proposers.get("suffix")
+    return suffix.using(memories) if suffix is not None else contextlib.nullcontext()
+
+
 def band(match_length: int) -> str:
     return f"suffix{next(b for b in BANDS if match_length >= b)}"
 
