@@ -32,7 +32,9 @@ from .backends.base import Runner
 from .block import block_rejection_sample
 from .calibration import calibrate
 from .costs import AcceptanceTracker, PassCosts
+from .constraints import GrammarCompiler
 from .load_policy import LoadPolicy
+from .logprobs import check_logprobs, logprob_rows, pick
 from .planning import Plan, plan_rows
 from .prompts import Prompt, chat_ids, encode
 from .proposers import Proposal, Proposer
@@ -94,6 +96,7 @@ class Engine:
         self.rows: list[Request] = []  # in the target runner's row order
         self.waiting: deque[Request] = deque()
         self._lock = threading.Lock()
+        self._grammars: GrammarCompiler | None = None
         self.counters = {"steps": 0, "speculation_off_steps": 0, "admitted": 0, "finished": 0, "aborted": 0}
 
     @property
@@ -128,24 +131,29 @@ class Engine:
 
     def generate(self, prompt: Prompt, params: SamplingParams | None = None, k: int | str = 4, chat: bool = True,
                  on_token: OnToken | None = None, proposer: str | None = None, verifier: str = "token",
-                 tree: int = 0) -> GenerationOutput:
+                 tree: int = 0, grammar=None, logprobs: int | None = None,
+                 logprobs_mode: str = "raw") -> GenerationOutput:
         """Generate a continuation of `prompt` (text, token ids, or chat messages).
 
         k is the number of tokens drafted per target pass, or "auto" to adapt it per request (see
         adaptive.py); `proposer` overrides the default one for this request; on_token(token_id,
         text_delta) is called for every emitted token; `verifier`: "token" (token by token) or
         "block" (the drafted block judged jointly, block.py); `tree`: a node budget for tree drafting,
-        which is not built yet (0, a chain, is the only value accepted).
+        which is not built yet (0, a chain, is the only value accepted); `grammar`: a
+        constraints.GrammarSpec the output must match; `logprobs`: report each token's
+        log-probability and that many alternatives (logprobs.py).
         """
         req = Request(self.encode(prompt, chat), params or SamplingParams(), k=k, proposer=proposer,
-                      on_token=on_token, verifier=verifier, tree=tree)
+                      on_token=on_token, verifier=verifier, tree=tree, grammar=grammar, logprobs=logprobs,
+                      logprobs_mode=logprobs_mode)
         self.submit(req)
         while not req.done:
             self.step()
         if req.exception is not None:
             raise req.exception
         return GenerationOutput(text=req.text, token_ids=req.generated, stats=req.stats.as_dict(),
-                                prompt_token_ids=req.prompt_ids, finish_reason=req.finish_reason)
+                                prompt_token_ids=req.prompt_ids, finish_reason=req.finish_reason,
+                                logprobs=req.token_logprobs if req.logprobs is not None else None)
 
     # -- requests in and out (any thread) --------------------------------------------------------
 
@@ -158,12 +166,23 @@ class Engine:
         if req.tree != 0:
             raise InvalidParameter(f"tree drafting is not built yet: tree must be 0 (a chain of drafts), got "
                                    f"{req.tree!r}")
+        check_logprobs(req.logprobs, req.logprobs_mode)
+        if req.grammar is not None:
+            self.grammars().check(req.grammar)
         if not req.prompt_ids:
             raise RequestError("the prompt is empty")
         limit = self.target.max_context
         if len(req.prompt_ids) + 1 > limit:
             raise RequestError(f"the prompt has {len(req.prompt_ids)} tokens but the target's context is {limit}: "
                                "shorten the prompt")
+
+    def grammars(self) -> GrammarCompiler:
+        """The grammar compiler over this engine's tokenizer (built at the first constrained request)."""
+        if self._grammars is None:
+            eos = getattr(self.tokenizer, "eos_token_id", None)
+            self._grammars = GrammarCompiler(self.tokenizer, self.target.vocab_size,
+                                             eos if eos is not None else min(self.eos_token_ids, default=None))
+        return self._grammars
 
     def submit(self, req: Request) -> None:
         """Queue a request; raises QueueFull when more requests wait than max_waiting allows."""
@@ -227,11 +246,19 @@ class Engine:
 
     def _verify(self, r: Request, logits: torch.Tensor, proposal: Proposal) -> Verdict:
         """The row's rule: the drafter-invariant one with the noise of its positions (invariant.py), or
-        the token-level or block rejection step with the row's own generator."""
+        the token-level or block rejection step with the row's own generator. Penalties, bias and
+        grammar shape every position first, by the text before it (as the draft's q was shaped)."""
+        raw = logits[: len(proposal.tokens) + 1]
+        shaped = r.shape(raw, proposal.tokens)
         if r.invariant:
             start = len(r.context)
-            return self.invariant(logits, proposal, r.params, lambda i: r.noise(start + i))
-        return self.verifiers[r.verifier](logits, proposal, r.params, r.generator)
+            verdict = self.invariant(shaped, proposal, r.params, lambda i: r.noise(start + i))
+        else:
+            verdict = self.verifiers[r.verifier](shaped, proposal, r.params, r.generator)
+        if r.logprobs is not None:
+            rows = logprob_rows(raw[: len(verdict.tokens)], shaped[: len(verdict.tokens)], r.params, r.logprobs_mode)
+            r.pending_logprobs = pick(rows, verdict.tokens, r.logprobs)
+        return verdict
 
     def _admit(self) -> None:
         """Waiting requests join while there is room; requests with the same prompt are prefilled
@@ -265,7 +292,8 @@ class Engine:
             proposer = self.get_proposer(req.proposer)
             req.proposer = req.proposer or self.default_proposer
             req.start(self.tokenizer, self.eos_token_ids, self.pooled(proposer.sources[0]).conditional,
-                      self.target.vocab_size, not proposer.uses_draft_model)
+                      self.target.vocab_size, not proposer.uses_draft_model,
+                      self.grammars().compile(req.grammar) if req.grammar is not None else None)
             if req.k == "auto":
                 req.auto = SourceChoice({source: AdaptiveK(
                     k_max=self.config.k_max, min_confidence=self.config.min_confidence,
@@ -311,6 +339,10 @@ class Engine:
             for b, proposal in zip(idx, proposals):
                 k = plans[b].k
                 tokens = proposal.tokens[:k]
+                if rows[b].matcher is not None and proposal.probs is None:
+                    # A lookup's draft the grammar forbids would be rejected for sure (p = 0 there):
+                    # cut it and what follows before the target scores them.
+                    tokens = tokens[: rows[b].matcher.valid_prefix(tokens)]
                 probs = None if proposal.probs is None else proposal.probs[: len(tokens)]
                 source = (proposal.source or plans[b].source or rows[b].proposer) if tokens else "none"
                 out[b] = Proposal(tokens, probs, source, proposal.fed)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .constraints import Grammar, GrammarSpec, PenaltyCounts, apply_logit_bias, apply_mask
 from .costs import AcceptanceTracker
 from .invariant import gumbel
 from .sampling import SamplingParams
@@ -42,6 +43,11 @@ class Request:
     tree: int = 0  # node budget for tree drafting; not built yet, so only 0 (a chain) is accepted
     tenant: str | None = None  # the suffix proposer's memory this request reads and feeds (None: shared)
     remember: bool = True  # False: this request neither reads nor feeds any suffix memory
+    grammar: GrammarSpec | None = None  # what the output must match (constraints.py)
+    # Log-probabilities of every emitted token and its `logprobs` most likely alternatives (None:
+    # none), under the target's raw distribution or the processed one (logprobs.py).
+    logprobs: int | None = None
+    logprobs_mode: str = "raw"
     id: int = field(default_factory=lambda: next(_ids))
 
     # Filled in by the engine.
@@ -65,6 +71,10 @@ class Request:
     # The drafter-invariant sampler (invariant.py): the seed its noise is keyed by, None otherwise.
     noise_seed: int | None = None
     vocab: int = 0
+    matcher: Grammar | None = None
+    penalties: PenaltyCounts | None = None
+    token_logprobs: list = field(default_factory=list)  # logprobs.TokenLogprob per emitted token
+    pending_logprobs: list = field(default_factory=list, repr=False)  # this pass's, before the stop rules
     _noise: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)
 
     @property
@@ -81,10 +91,35 @@ class Request:
     def done(self) -> bool:
         return self.finish_reason is not None
 
-    def start(self, tokenizer, eos_ids: frozenset[int], prior, vocab: int, deterministic_proposer: bool) -> None:
+    @property
+    def shaped(self) -> bool:
+        """Logits are transformed by what came before (penalties, bias, a grammar)."""
+        return self.penalties is not None or self.matcher is not None or bool(self.params.logit_bias)
+
+    def shape_at(self, logits: torch.Tensor, extra: list[int]) -> torch.Tensor:
+        """Logits [V'] of the position after the context plus `extra` (drafts before it), with this
+        request's penalties, logit bias and grammar mask: the same for the target and the draft."""
+        if self.penalties is not None:
+            logits = self.penalties.apply(logits, extra)
+        if self.params.logit_bias:
+            logits = apply_logit_bias(logits, self.params.logit_bias)
+        if self.matcher is not None:
+            logits = apply_mask(logits, self.matcher.allowed(extra))
+        return logits
+
+    def shape(self, logits: torch.Tensor, drafts: list[int]) -> torch.Tensor:
+        """Logits [n, V]: row j is the position after the context plus drafts[:j]."""
+        if not self.shaped:
+            return logits
+        return torch.stack([self.shape_at(logits[j], list(drafts[:j])) for j in range(logits.shape[0])])
+
+    def start(self, tokenizer, eos_ids: frozenset[int], prior, vocab: int, deterministic_proposer: bool,
+              grammar: Grammar | None = None) -> None:
         """Set up the working state as the request enters the batch."""
         params = self.params
         self.context = list(self.prompt_ids)
+        self.matcher = grammar
+        self.penalties = PenaltyCounts(params, self.prompt_ids, vocab) if params.penalised else None
         self.generator = params.make_generator()
         self.vocab = vocab
         sampler = params.sampler or ("invariant" if params.seed is not None or deterministic_proposer else "standard")
@@ -107,7 +142,10 @@ class Request:
         """Emit a verified block token by token, up to the first stop: (tokens emitted, finished)."""
         for position in [p for p in self._noise if p < len(self.context) + len(tokens)]:
             del self._noise[position]  # positions now emitted are never drawn again
+        logprobs, self.pending_logprobs = self.pending_logprobs, []
         for n, token in enumerate(tokens, 1):
+            if logprobs:
+                self.token_logprobs.append(logprobs[n - 1])
             if self.emit(token, max_context):
                 return tokens[:n], True
         return list(tokens), False
@@ -126,7 +164,15 @@ class Request:
         """Append one token and apply the stop rules; True when the request is finished."""
         self.context.append(token)
         self.generated.append(token)
+        if self.penalties is not None:
+            self.penalties.push(token)
         stats = self.stats
+        if self.matcher is not None and token not in self.stop_ids:
+            self.matcher.commit(token)
+            if self.matcher.stopped:  # the grammar is complete: nothing more may follow
+                self.stream.push(token, final=True)
+                stats.finish_reason = "stop"
+                return True
         if token in self.stop_ids:
             self.stream.push(token, final=True)
             stats.finish_reason = "stop"

@@ -35,6 +35,13 @@ class SamplingParams:
     # noise keyed by (seed, position), so the tokens do not depend on the proposer, k or the batch
     # (invariant.py). None: invariant for seeded requests and deterministic proposers, else standard.
     sampler: str | None = None
+    # Penalties on what came before (constraints.PenaltyCounts), applied to the target's and the
+    # draft's logits alike at every drafted position: presence and frequency over the generated
+    # tokens (OpenAI's definition), repetition over prompt and output (transformers' and vLLM's).
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0  # 1 = off; > 1 discourages repeats
+    logit_bias: tuple[tuple[int, float], ...] = field(default_factory=tuple)  # (token id, added to its logit)
 
     def __post_init__(self) -> None:
         # Lists are accepted for convenience and frozen into tuples so params stay hashable.
@@ -68,11 +75,29 @@ class SamplingParams:
         _check(self.sampler in SAMPLERS, f"sampler must be one of {', '.join(str(x) for x in SAMPLERS)}, "
                                          f"got {self.sampler!r}")
         _check(all(s for s in self.stop), "stop strings must be non-empty")
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            _check(_is_number(value) and -2 <= value <= 2, f"{name} must be a number in [-2, 2], got {value!r}")
+        _check(_is_number(self.repetition_penalty) and math.isfinite(self.repetition_penalty)
+               and self.repetition_penalty > 0,
+               f"repetition_penalty must be a finite number > 0 (1 disables it), got {self.repetition_penalty!r}")
+        bias = self.logit_bias.items() if isinstance(self.logit_bias, dict) else self.logit_bias
+        try:
+            bias = tuple(sorted((int(t), float(b)) for t, b in bias))
+        except (TypeError, ValueError):
+            raise InvalidParameter(f"logit_bias maps token ids to numbers, got {self.logit_bias!r}") from None
+        _check(all(t >= 0 and -100 <= b <= 100 for t, b in bias),
+               "logit_bias maps token ids >= 0 to biases in [-100, 100]")
+        object.__setattr__(self, "logit_bias", bias)
         _check(all(t >= 0 for t in self.stop_token_ids), "stop_token_ids must be non-negative token ids")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+    @property
+    def penalised(self) -> bool:
+        return bool(self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1.0)
 
     def replace(self, **changes) -> "SamplingParams":
         values = {f.name: getattr(self, f.name) for f in fields(self)}

@@ -103,3 +103,4 @@ class GenerationOutput:
     stats: dict
     prompt_token_ids: list[int]
     finish_reason: str
+    logprobs: list | None = None  # logprobs.TokenLogprob per token, when asked for

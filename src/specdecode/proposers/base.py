@@ -22,8 +22,15 @@ class Row(Protocol):
     tenant: str | None  # whose memory of earlier outputs a suffix proposer may use (None: the shared one)
     remember: bool  # False: no memory of earlier outputs is read or fed for this row
 
+    shaped: bool  # its logits depend on the text so far (penalties, logit bias, a grammar)
+
     def noise(self, position: int) -> torch.Tensor:
         """The shared Gumbel noise of an absolute position (invariant rows only)."""
+
+    def shape_at(self, logits: torch.Tensor, extra: list[int]) -> torch.Tensor:
+        """The row's penalties, bias and grammar mask applied to logits [V'] of the position after
+        its context plus `extra`; a draft model applies it to its logits before drawing, so that q is
+        shaped exactly as the target's p will be."""
 
 
 @dataclass

@@ -132,7 +132,7 @@ class DraftModelProposer:
                 row, state = rows[i], self.state[rows[i].id]
                 state.cached.extend(feeds[b])
                 noise = row.noise(len(row.context) + len(out[i].tokens)) if row.invariant else None
-                token, q, sure = next_draft(logits[b][-1], row.params, row.generator, self.target_vocab,
+                token, q, sure = next_draft(self._shape(row, logits[b][-1], out[i].tokens), row.params, row.generator, self.target_vocab,
                                             confidence[i], noise)
                 out[i].tokens.append(token)
                 if q is not None:
@@ -142,6 +142,13 @@ class DraftModelProposer:
             if probs[i]:
                 out[i].probs = torch.stack(probs[i])
         return out
+
+    @staticmethod
+    def _shape(row, logits: torch.Tensor, drafted: list[int]) -> torch.Tensor:
+        """The row's penalties and grammar at this position, as the target's logits get them in
+        verification. Not needed for exactness (any q that the draft really drew from is exact) but
+        for speed: a draft that ignored them would draft what the target may not emit."""
+        return row.shape_at(logits, drafted) if row.shaped else logits
 
     def _offset(self, row) -> int:
         window = self.context_window
