@@ -138,12 +138,24 @@ def test_chat_streaming_and_not(server):
     ({"prompt": "x", "temperature": -1}, 400, "temperature"),
     ({"prompt": "x", "max_tokens": "many"}, 400, "max_tokens"),
     ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
-    ({"prompt": "x", "n": 2}, 400, "n must be 1"),
+    ({"prompt": "x", "n": 0}, 400, "n must be"),
+    ({"prompt": "x", "n": 17}, 400, "n must be"),
+    ({"prompt": "x", "logprobs": 21}, 400, "logprobs must be"),
+    ({"prompt": "x", "presence_penalty": 3}, 400, "presence_penalty"),
+    ({"prompt": "x", "repetition_penalty": -1}, 400, "repetition_penalty"),
+    ({"prompt": "x", "response_format": {"type": "xml"}}, 400, "response_format.type"),
+    ({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "a"}}}, 400,
+     "response_format.json_schema.schema"),
+    ({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "blob"}}}}, 400,
+     "json constraint is invalid"),
+    ({"prompt": "x", "guided_regex": "[a-"}, 400, "regex constraint is invalid"),
+    ({"prompt": "x", "guided_choice": ["a"], "guided_regex": "a"}, 400, "set only one"),
+    ({"prompt": "x", "structured_outputs": {"xml": "a"}}, 400, "structured_outputs.xml"),
+    ({"prompt": "x", "logit_bias": {"x": 1}}, 400, "logit_bias"),
+    ({"prompt": "x", "logit_bias": {"5": 101}}, 400, "logit_bias"),
     ({"prompt": "x", "speculative": {"proposer": "medusa"}}, 400, "proposer"),
     ({"prompt": "x", "speculative": {"proposer": "lookahead"}}, 400, "proposer"),
-    ({"prompt": "x", "response_format": {"type": "json_object"}}, 400, "response_format is not supported"),
     ({"prompt": "x", "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools is not supported"),
-    ({"prompt": "x", "logit_bias": {"5": 100}}, 400, "logit_bias"),
     ({"prompt": "x", "speculative": {"tree": 8}}, 400, "tree drafting is not built"),
     ({"prompt": "x", "speculative": {"k": -2}}, 400, "k must be"),
     ({"prompt": "x" * 3000}, 400, "context"),
@@ -288,9 +300,9 @@ def test_the_official_openai_client(server, tok):
     alone = engine.generate(prompt_ids, SamplingParams(max_new_tokens=6, ignore_eos=True), k=0, chat=False,
                             proposer="none")
     assert text.choices[0].text == alone.text
-    with pytest.raises(openai.BadRequestError, match="response_format"):
+    with pytest.raises(openai.BadRequestError, match="tools is not supported"):
         client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "abc"}], max_tokens=4,
-                                       response_format={"type": "json_object"})
+                                       tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}])
 
 
 def test_a_seed_means_the_same_text_alone_and_under_load(twin_gen):

@@ -186,13 +186,20 @@ class Engine:
 
     def submit(self, req: Request) -> None:
         """Queue a request; raises QueueFull when more requests wait than max_waiting allows."""
-        self.check(req)
+        self.submit_all([req])
+
+    def submit_all(self, reqs: list[Request]) -> None:
+        """Queue requests together (n choices of one prompt), all or none."""
+        for req in reqs:
+            self.check(req)
         with self._lock:
-            if len(self.waiting) >= self.config.max_waiting:
+            if len(self.waiting) + len(reqs) > max(self.config.max_waiting, len(reqs)):
                 raise QueueFull(f"{len(self.waiting)} requests are already waiting (limit "
                                 f"{self.config.max_waiting}); retry later")
-            req.submitted_at = time.perf_counter()
-            self.waiting.append(req)
+            now = time.perf_counter()
+            for req in reqs:
+                req.submitted_at = now
+                self.waiting.append(req)
 
     def cancel(self, req: Request) -> None:
         """Stop a request (e.g. its client went away); its slot is freed before the next step."""

@@ -29,6 +29,7 @@ from ..request import Request as EngineRequest
 from ..sampling import InvalidParameter
 from .metrics import ServerMetrics
 from .protocol import ChatRequest, CommonRequest, CompletionRequest
+from .responses import Chunks, TokenText, full_response
 
 
 class EngineWorker:
@@ -44,8 +45,10 @@ class EngineWorker:
     def start(self) -> None:
         self.thread.start()
 
-    def submit(self, req: EngineRequest) -> None:
-        self.engine.submit(req)
+    def submit_all(self, reqs: list[EngineRequest]) -> None:
+        """Queue a response's choices together (they join one step and share the prompt's prefill);
+        if the queue cannot take them all, none is queued."""
+        self.engine.submit_all(reqs)
         self.metrics.waiting.labels(**self.metrics.labels).set(self.engine.queued)
         self.wake.set()
 
@@ -72,7 +75,7 @@ class EngineWorker:
         while not self.engine.idle() and time.monotonic() < deadline:
             time.sleep(0.05)
         for row in list(self.engine.rows):
-            self.engine.cancel(row.req)
+            self.engine.cancel(row)
         for req in list(self.engine.waiting):
             self.engine.cancel(req)
         deadline = time.monotonic() + 10
@@ -111,6 +114,7 @@ def create_app(engine: Engine, model_name: str, default_k: int | str = 4, defaul
         metrics.watch_suffix(suffix)
     worker = EngineWorker(engine, metrics)
     gen = engine
+    text_of = TokenText(engine.tokenizer)
     state = {"draining": False}
 
     @asynccontextmanager
@@ -175,40 +179,54 @@ def create_app(engine: Engine, model_name: str, default_k: int | str = 4, defaul
             raise Rejected(400, problem)
         try:
             prompt_ids = encode()
-            room = gen.target.max_context - len(prompt_ids) - 1
-            wanted = body.max_completion_tokens if chat and getattr(body, "max_completion_tokens", None) else \
-                body.max_tokens
-            if wanted is not None and wanted < 1:
-                raise InvalidParameter(f"max_tokens must be >= 1, got {wanted}")
-            max_new = min(wanted or default_max_tokens, max(room, 1))
-            spec = body.speculative
-            req = EngineRequest(prompt_ids, body.sampling(max_new),
-                                k=spec.k if spec and spec.k is not None else default_k,
-                                proposer=spec.proposer if spec else None,
-                                verifier=spec.verifier if spec else "token", tree=spec.tree if spec else 0)
-            req.tenant, req.remember = _tenant(suffix_scope, request, body.user)
-            engine.check(req)
+            reqs = requests(body, request, prompt_ids, chat)
         except (InvalidParameter, RequestError, ValueError) as exc:
             raise Rejected(400, str(exc)) from None
         events: asyncio.Queue = asyncio.Queue()
         loop = asyncio.get_running_loop()
-        req.on_step = _bridge(loop, events, metrics)
+        for i, req in enumerate(reqs):
+            req.on_step = _bridge(loop, events, metrics, i)
         try:
-            worker.submit(req)
+            worker.submit_all(reqs)
         except QueueFull as exc:
             raise Rejected(429, str(exc), "rate_limit_error") from None
         metrics.prompt_tokens.labels(**metrics.labels).inc(len(prompt_ids))
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         if body.stream:
             opts = body.stream_options
-            return StreamingResponse(_sse(req, events, request, worker, rid, model_name, chat, opts),
+            chunks = Chunks(reqs, rid, model_name, chat, text_of, bool(opts and opts.continuous_usage_stats))
+            return StreamingResponse(_sse(reqs, events, request, worker, chunks, bool(opts and opts.include_usage)),
                                      media_type="text/event-stream")
-        text = []
-        async for tokens, delta, done in _events(req, events, request, worker):
-            text.append(delta)
-        if req.finish_reason == "error":
-            return error_response(500, f"generation failed: {req.error}", "server_error")
-        return _full_response(req, "".join(text), rid, model_name, chat)
+        texts = [[] for _ in reqs]
+        async for i, tokens, delta, done, entries in _events(reqs, events, request, worker):
+            texts[i].append(delta)
+        failed = [r for r in reqs if r.finish_reason == "error"]
+        if failed:
+            return error_response(500, f"generation failed: {failed[0].error}", "server_error")
+        return full_response(reqs, ["".join(t) for t in texts], rid, model_name, chat, text_of)
+
+    def requests(body: CommonRequest, request: Request, prompt_ids: list[int], chat: bool) -> list[EngineRequest]:
+        """The body's n choices as engine requests (choice i of a seeded request uses seed + i)."""
+        room = gen.target.max_context - len(prompt_ids) - 1
+        wanted = body.max_completion_tokens if chat and getattr(body, "max_completion_tokens", None) else \
+            body.max_tokens
+        if wanted is not None and wanted < 1:
+            raise InvalidParameter(f"max_tokens must be >= 1, got {wanted}")
+        max_new = min(wanted or default_max_tokens, max(room, 1))
+        spec, grammar, top = body.speculative, body.grammar(), body.top()
+        tenant, remember = _tenant(suffix_scope, request, body.user)
+        reqs = []
+        for i in range(body.n):
+            req = EngineRequest(prompt_ids, body.sampling(max_new, i),
+                                k=spec.k if spec and spec.k is not None else default_k,
+                                proposer=spec.proposer if spec else None,
+                                verifier=spec.verifier if spec else "token", tree=spec.tree if spec else 0,
+                                grammar=grammar, logprobs=top, logprobs_mode=body.logprobs_mode,
+                                tenant=tenant, remember=remember)
+            if i == 0:
+                engine.check(req)  # the choices differ only in their seeds
+            reqs.append(req)
+        return reqs
 
     return app
 
@@ -227,8 +245,9 @@ def _tenant(scope: str, request: Request, user: str | None) -> tuple[str | None,
     return None, False
 
 
-def _bridge(loop: asyncio.AbstractEventLoop, events: asyncio.Queue, metrics: ServerMetrics):
-    """on_step for the worker thread: book metrics, hand the step to the request's asyncio queue."""
+def _bridge(loop: asyncio.AbstractEventLoop, events: asyncio.Queue, metrics: ServerMetrics, index: int):
+    """on_step for the worker thread: book metrics, hand the step (with its tokens' logprobs) to the
+    response's asyncio queue, tagged with the choice's index."""
     seen = {"steps": 0, "last_end": 0.0}
 
     def on_step(req: EngineRequest, tokens: list[int], delta: str) -> None:
@@ -239,83 +258,46 @@ def _bridge(loop: asyncio.AbstractEventLoop, events: asyncio.Queue, metrics: Ser
         seen["steps"] = len(req.stats.steps)
         if req.done:
             metrics.finish(req.finish_reason, time.perf_counter() - req.submitted_at)
-        loop.call_soon_threadsafe(events.put_nowait, (list(tokens), delta, req.done))
+        entries = req.token_logprobs[len(req.generated) - len(tokens): len(req.generated)] if tokens else []
+        loop.call_soon_threadsafe(events.put_nowait, (index, list(tokens), delta, req.done, entries))
 
     return on_step
 
 
-async def _events(req: EngineRequest, events: asyncio.Queue, request: Request,
-                  worker: EngineWorker) -> AsyncIterator[tuple[list[int], str, bool]]:
-    """The request's steps as they come; a client that disconnects cancels the request."""
+async def _events(reqs: list[EngineRequest], events: asyncio.Queue, request: Request,
+                  worker: EngineWorker) -> AsyncIterator[tuple]:
+    """The choices' steps as they come, until every choice is done; a client that disconnects
+    cancels them all."""
+    open_choices = set(range(len(reqs)))
     try:
-        while True:
+        while open_choices:
             try:
                 item = await asyncio.wait_for(events.get(), timeout=0.5)
             except asyncio.TimeoutError:
                 if await request.is_disconnected():
-                    worker.cancel(req)
                     return
                 continue
             yield item
-            if item[2]:
-                return
+            if item[3]:
+                open_choices.discard(item[0])
     finally:
-        if not req.done:  # disconnect, cancellation of this task, or server shutdown
-            worker.cancel(req)
+        for req in reqs:
+            if not req.done:  # disconnect, cancellation of this task, or server shutdown
+                worker.cancel(req)
 
 
-async def _sse(req, events, request, worker, rid, model, chat, opts) -> AsyncIterator[str]:
-    created = int(time.time())
-    obj = "chat.completion.chunk" if chat else "text_completion"
-    include_usage = bool(opts and opts.include_usage)
-    continuous = bool(opts and opts.continuous_usage_stats)
-
-    def chunk(delta_text: str | None, finish: str | None, role: bool = False, usage: bool = False) -> str:
-        if chat:
-            delta = {"role": "assistant", "content": ""} if role else ({"content": delta_text} if delta_text else {})
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        else:
-            choice = {"index": 0, "text": delta_text or "", "logprobs": None, "finish_reason": finish}
-        event = {"id": rid, "object": obj, "created": created, "model": model, "choices": [choice]}
-        if usage:
-            event["usage"] = _usage(req)
-        return f"data: {json.dumps(event)}\n\n"
-
-    if chat:
-        yield chunk(None, None, role=True)
-    async for tokens, delta, done in _events(req, events, request, worker):
-        if req.finish_reason == "error":
-            err = {"error": {"message": f"generation failed: {req.error}", "type": "server_error", "code": 500}}
+async def _sse(reqs, events, request, worker, chunks: Chunks, include_usage: bool) -> AsyncIterator[str]:
+    if chunks.chat:
+        yield chunks.roles()
+    async for i, tokens, delta, done, entries in _events(reqs, events, request, worker):
+        if reqs[i].finish_reason == "error":
+            err = {"error": {"message": f"generation failed: {reqs[i].error}", "type": "server_error", "code": 500}}
             yield f"data: {json.dumps(err)}\n\n"
             break
         if delta or tokens:
-            yield chunk(delta, None, usage=continuous)
+            yield chunks.step(i, delta, entries)
         if done:
-            yield chunk(None, _openai_reason(req.finish_reason), usage=continuous)
-    if include_usage and req.done:
-        event = {"id": rid, "object": obj, "created": created, "model": model, "choices": [], "usage": _usage(req)}
-        yield f"data: {json.dumps(event)}\n\n"
+            yield chunks.finish(i)
+    if include_usage and all(r.done for r in reqs):
+        yield chunks.usage()
     yield "data: [DONE]\n\n"
-
-
-def _openai_reason(reason: str | None) -> str | None:
-    return {"stop": "stop", "length": "length", "abort": "abort", "error": "error"}.get(reason or "", reason)
-
-
-def _usage(req: EngineRequest) -> dict:
-    prompt, completion = len(req.prompt_ids), len(req.generated)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-
-
-def _full_response(req: EngineRequest, text: str, rid: str, model: str, chat: bool) -> dict:
-    reason = _openai_reason(req.finish_reason)
-    if chat:
-        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                  "finish_reason": reason}
-    else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
-    s = req.stats.as_dict()
-    return {"id": rid, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
-            "model": model, "choices": [choice], "usage": _usage(req),
-            "speculative": {"drafted_tokens": s["drafted_tokens"], "accepted_tokens": s["accepted_tokens"],
-                            "target_passes": s["target_passes"], "acceptance_rate": s["acceptance_rate"]}}

@@ -1,9 +1,12 @@
-"""The OpenAI request bodies we accept, and how they become a Request.
+"""The OpenAI request bodies we accept, and how they become engine Requests.
 
-Fields that would change the output and are not implemented (REFUSED, n > 1, logprobs, penalties,
-echo) are refused with a 400 that names them, never silently dropped; other unknown fields, which
-change nothing a client gets (user, metadata, ...), are accepted. Extensions, as in vLLM:
-top_k, min_p, ignore_eos, stop_token_ids, and `speculative: {"proposer": ..., "k": ...}` to
+Fields that would change the output and are not implemented (REFUSED, echo) are refused with a 400
+that names them, never silently dropped; other unknown fields, which change nothing a client gets
+(user, metadata, ...), are accepted. Honoured beyond the basics: n, logprobs / top_logprobs,
+presence / frequency / repetition penalties, logit_bias, response_format (json_object,
+json_schema) and, as in vLLM, guided_json / guided_regex / guided_choice / guided_grammar or
+structured_outputs {json, regex, choice, grammar}. Extensions, as in vLLM: top_k, min_p,
+ignore_eos, stop_token_ids, logprobs_mode, and `speculative: {"proposer": ..., "k": ...}` to
 override the server's proposer and k for one request.
 """
 
@@ -13,7 +16,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..constraints import GrammarSpec
+from ..logprobs import MAX_TOP
 from ..sampling import InvalidParameter, SamplingParams
+
+MAX_N = 16  # choices per request (each is a row of the batch)
 
 
 class StreamOptions(BaseModel):
@@ -34,15 +41,11 @@ class Speculative(BaseModel):
 # implement: a request that sets one is refused (400 naming the field), never answered as if it had
 # not (docs/serving.md lists every field and what happens to it). Fields that change nothing of the
 # output (user, metadata, store, service_tier, parallel_tool_calls without tools, ...) are accepted.
-REFUSED = ("response_format", "tools", "tool_choice", "functions", "function_call", "logit_bias", "top_logprobs",
-           "prompt_logprobs", "repetition_penalty", "length_penalty", "best_of", "use_beam_search", "suffix",
-           "min_tokens", "bad_words", "allowed_token_ids", "guided_json", "guided_regex", "guided_choice",
-           "guided_grammar", "structured_outputs", "prediction", "modalities", "audio", "logits_processors")
-
-
-def _is_text(response_format) -> bool:
-    """response_format {"type": "text"} is the default: plain text, honoured as it is."""
-    return isinstance(response_format, dict) and response_format.get("type") == "text"
+REFUSED = ("tools", "tool_choice", "functions", "function_call", "prompt_logprobs", "length_penalty", "best_of",
+           "use_beam_search", "suffix", "min_tokens", "bad_words", "allowed_token_ids", "prediction", "modalities",
+           "audio", "logits_processors", "guided_decoding_backend", "guided_whitespace_pattern")
+# vLLM's guided_* fields and structured_outputs keys, as constraints.GrammarSpec kinds.
+GUIDED = {"guided_json": "json", "guided_regex": "regex", "guided_choice": "choice", "guided_grammar": "grammar"}
 
 
 class CommonRequest(BaseModel):
@@ -61,8 +64,14 @@ class CommonRequest(BaseModel):
     stream_options: StreamOptions | None = None
     n: int = 1
     logprobs: Any = None
+    top_logprobs: int | None = None
+    logprobs_mode: Literal["raw", "processed"] = "raw"
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: dict[str, float] | None = None
+    response_format: dict | None = None
+    structured_outputs: dict | None = None
     speculative: Speculative | None = None
     # "standard" | "invariant" (drafter-invariant sampling); default: invariant when seeded.
     sampler: Literal["standard", "invariant"] | None = None
@@ -71,30 +80,79 @@ class CommonRequest(BaseModel):
     def unsupported(self) -> str | None:
         for name in REFUSED:
             value = (self.model_extra or {}).get(name)
-            if value not in (None, False, 0, "", [], {}) and not (name == "response_format" and _is_text(value)):
+            if value not in (None, False, 0, "", [], {}) and not (name == "tool_choice" and value == "none"):
                 return f"{name} is not supported by this server; it would change the output, so the request is " \
                        "refused rather than answered without it (see docs/serving.md)"
-        if self.n != 1:
-            return "n must be 1: one completion per request is supported"
-        if self.logprobs not in (None, False, 0):
-            return "logprobs are not supported by this server"
-        if self.presence_penalty or self.frequency_penalty:
-            return "presence_penalty and frequency_penalty are not supported (they would change the target's " \
-                   "distribution that speculation reproduces)"
+        if not isinstance(self.n, int) or not 1 <= self.n <= MAX_N:
+            return f"n must be an integer in [1, {MAX_N}] (choices per request), got {self.n!r}"
         return None
 
-    def sampling(self, max_new_tokens: int) -> SamplingParams:
+    def top(self) -> int | None:
+        """How many alternatives per token to report (None: no logprobs at all)."""
+        raise NotImplementedError
+
+    def sampling(self, max_new_tokens: int, choice: int = 0) -> SamplingParams:
+        """The sampling params of choice `choice`: a seeded request's i-th choice uses seed + i."""
         top_k = self.top_k if self.top_k is not None and self.top_k > 0 else 0  # -1 / 0 = off, as in vLLM
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        try:
+            bias = {int(t): b for t, b in (self.logit_bias or {}).items()}
+        except ValueError:
+            raise InvalidParameter("logit_bias maps token ids (as strings of digits) to biases in [-100, 100], got "
+                                   f"{self.logit_bias!r}") from None
         return SamplingParams(max_new_tokens=max_new_tokens, temperature=self.temperature, top_k=top_k,
-                              top_p=self.top_p, min_p=self.min_p, seed=self.seed, stop=stop,
-                              stop_token_ids=list(self.stop_token_ids or []), ignore_eos=self.ignore_eos,
-                              sampler=self.sampler)
+                              top_p=self.top_p, min_p=self.min_p, seed=None if self.seed is None else self.seed + choice,
+                              stop=stop, stop_token_ids=list(self.stop_token_ids or []), ignore_eos=self.ignore_eos,
+                              sampler=self.sampler, presence_penalty=self.presence_penalty,
+                              frequency_penalty=self.frequency_penalty, repetition_penalty=self.repetition_penalty,
+                              logit_bias=bias)
+
+    def grammar(self) -> GrammarSpec | None:
+        """The one constraint the request sets, from response_format, guided_* or structured_outputs."""
+        found: list[tuple[str, GrammarSpec]] = []
+        rf = self.response_format
+        if rf is not None:
+            kind = rf.get("type") if isinstance(rf, dict) else None
+            if kind == "json_object":
+                found.append(("response_format", GrammarSpec("json", {"type": "object"})))
+            elif kind == "json_schema":
+                spec = rf.get("json_schema")
+                schema = spec.get("schema", spec.get("json_schema")) if isinstance(spec, dict) else None
+                if not isinstance(schema, dict):
+                    raise InvalidParameter("response_format.json_schema.schema must be a JSON schema object")
+                found.append(("response_format", GrammarSpec("json", schema)))
+            elif kind != "text":
+                raise InvalidParameter(f"response_format.type must be text, json_object or json_schema, got {kind!r}")
+        extra = self.model_extra or {}
+        for name, kind in GUIDED.items():
+            if extra.get(name) not in (None, "", [], {}):
+                found.append((name, GrammarSpec(kind, extra[name])))
+        if self.structured_outputs:
+            keys = [k for k in ("json", "regex", "choice", "grammar") if self.structured_outputs.get(k) is not None]
+            other = sorted(set(self.structured_outputs) - {"json", "regex", "choice", "grammar"})
+            if other:
+                raise InvalidParameter(f"structured_outputs.{other[0]} is not supported: set one of json, regex, "
+                                       "choice, grammar")
+            found.extend((f"structured_outputs.{k}", GrammarSpec(k, self.structured_outputs[k])) for k in keys)
+        if len(found) > 1:
+            raise InvalidParameter(f"{found[0][0]} and {found[1][0]} both constrain the output: set only one")
+        return found[0][1] if found else None
 
 
 class CompletionRequest(CommonRequest):
     prompt: str | list[int] | list[str]
     echo: bool = False
+
+    def top(self) -> int | None:
+        """The legacy API: logprobs is the number of alternatives (0: the chosen token's only)."""
+        lp = self.logprobs
+        if lp is None or lp is False:
+            return None
+        if lp is True:
+            return 0
+        if not isinstance(lp, int) or not 0 <= lp <= MAX_TOP:
+            raise InvalidParameter(f"logprobs must be an integer in [0, {MAX_TOP}], got {lp!r}")
+        return lp
 
     def unsupported(self) -> str | None:
         if self.echo:
@@ -124,3 +182,16 @@ class ChatMessage(BaseModel):
 class ChatRequest(CommonRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = None
+
+    def top(self) -> int | None:
+        """The chat API: logprobs is a switch, top_logprobs the number of alternatives."""
+        if self.logprobs not in (None, False, True):
+            raise InvalidParameter(f"logprobs must be true or false, got {self.logprobs!r}")
+        top = self.top_logprobs
+        if top is not None and (not 0 <= top <= MAX_TOP):
+            raise InvalidParameter(f"top_logprobs must be in [0, {MAX_TOP}], got {top}")
+        if not self.logprobs:
+            if top:
+                raise InvalidParameter("top_logprobs needs logprobs: true")
+            return None
+        return top or 0
