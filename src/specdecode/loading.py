@@ -20,8 +20,8 @@ class SpeculativeGenerator(Engine):
 
         `draft` is ignored unless the proposer needs a draft model. Every generator can also run
         "ngram", "suffix" and "none" per request. Options: draft_dtype, ngram_max, ngram_min,
-        draft_context, suffix_memory (tokens of recent outputs the suffix proposer keeps), config
-        (engine.EngineConfig).
+        draft_context, suffix_memory (tokens of recent outputs the suffix proposer keeps),
+        prefix_cache (tokens of recent prompts whose KV is kept), config (engine.EngineConfig).
         """
         return load_generator(target=target, draft=draft, proposer=proposer, dtype=dtype, **options)
 
@@ -42,6 +42,7 @@ def load_generator(
     ngram_min: int = 1,
     draft_context: int | None = None,
     suffix_memory: int = 100_000,
+    prefix_cache: int = 0,
     config: EngineConfig | None = None,
 ) -> SpeculativeGenerator:
     """draft_dtype defaults to dtype; int8 drafts are cheap and cost nothing in exactness.
@@ -53,7 +54,7 @@ def load_generator(
     )
     gen = build_generator(
         target_model, tokenizer, proposer, draft_model, draft_tokenizer, ngram_max=ngram_max, ngram_min=ngram_min,
-        draft_context=draft_context, suffix_memory=suffix_memory, config=config,
+        draft_context=draft_context, suffix_memory=suffix_memory, prefix_cache=prefix_cache, config=config,
     )
     gen.info.update(target=target, draft=draft if draft_model is not None else None, dtype=parse_dtype(dtype),
                     draft_dtype=parse_dtype(draft_dtype or dtype) if draft_model is not None else None)
@@ -84,11 +85,12 @@ def is_runner(model) -> bool:
     return hasattr(model, "backend")
 
 
-def as_runner(model):
-    """A batch Runner: transformers models get one cache for all rows, single-sequence runners run
-    their rows one after another, batch runners pass through."""
+def as_runner(model, prefix_cache: int = 0):
+    """A batch Runner: transformers models get one cache for all rows (and a prefix cache of that
+    many tokens), single-sequence runners run their rows one after another, batch runners pass
+    through."""
     if not is_runner(model):
-        return BatchRunner(model)
+        return BatchRunner(model, prefix_cache=prefix_cache)
     return model if hasattr(model, "add_rows") else SerialRunner(model)
 
 
@@ -131,17 +133,20 @@ def build_generator(
     ngram_min: int = 1,
     draft_context: int | None = None,
     suffix_memory: int = 100_000,
+    prefix_cache: int = 0,
     config: EngineConfig | None = None,
 ) -> SpeculativeGenerator:
     """The generator over loaded models. Every generator can also run `ngram`, `suffix` and `none`
     per request; `draft`, `hybrid` and `hybrid-suffix` (a lookup first, else the draft) when a draft
-    model is given. suffix_memory: tokens of recent outputs the suffix proposer keeps (0: none)."""
+    model is given. suffix_memory: tokens of recent outputs the suffix proposer keeps (0: none);
+    prefix_cache: tokens of recent prompts whose KV the transformers target and draft keep, each
+    (0: none; backends/prefix_cache.py)."""
     _check_proposer(proposer)
-    runner = as_runner(target_model)
+    runner = as_runner(target_model, prefix_cache)
     proposers = {"none": NoProposer(), "ngram": NgramProposer(max_n=ngram_max, min_n=ngram_min),
                  "suffix": SuffixProposer(memory_tokens=suffix_memory)}
     if draft_model is not None:
-        draft_runner = as_runner(draft_model)
+        draft_runner = as_runner(draft_model, prefix_cache)
         check_vocab_compatible(tokenizer, draft_tokenizer or tokenizer, runner.vocab_size, draft_runner.vocab_size)
         proposers["draft"] = DraftModelProposer(draft_runner, runner.vocab_size, context_window=draft_context)
         proposers["hybrid"] = HybridProposer(proposers["ngram"], proposers["draft"])

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
+from transformers.cache_utils import DynamicLayer
 
 from .hf import context_length, logit_width
+from .prefix_cache import PrefixCache
 
 
 class BatchRunner:
@@ -19,7 +21,10 @@ class BatchRunner:
 
     backend = "torch"
 
-    def __init__(self, model: PreTrainedModel):
+    def __init__(self, model: PreTrainedModel, prefix_cache: int = 0):
+        """prefix_cache: tokens of recent prompts whose KV is kept for prompts that start alike (0: off;
+        prefix_cache.py). Models whose cache is not one plain layer per block (sliding windows) go
+        without."""
         self.model = model
         self.device = next(model.parameters()).device
         self.vocab_size = logit_width(model)
@@ -32,6 +37,8 @@ class BatchRunner:
         # capping) go the plain way.
         self._split_head = (hasattr(model, "get_decoder") and model.get_output_embeddings() is not None
                             and getattr(model.config, "final_logit_softcapping", None) is None)
+        plain = all(type(layer) is DynamicLayer for layer in DynamicCache(config=model.config).layers)
+        self.prefix_cache = PrefixCache(prefix_cache) if prefix_cache and plain else None
 
     @property
     def rows(self) -> int:
@@ -106,8 +113,7 @@ class BatchRunner:
             return
         row = DynamicCache(config=self.model.config)
         if prefix:
-            self.model(input_ids=torch.tensor([prefix], device=self.device), past_key_values=row, use_cache=True,
-                       logits_to_keep=1)
+            self._prefill(row, prefix)
             if count > 1:
                 row.batch_repeat_interleave(count)
         if self.rows == 0:
@@ -136,6 +142,22 @@ class BatchRunner:
         valid[B:, : len(prefix)] = True
         self.valid = valid
         self.pos = torch.cat([self.pos, torch.full((count,), len(prefix), dtype=torch.long)])
+
+    def _prefill(self, row: DynamicCache, prefix: list[int]) -> None:
+        """Fill a one-row cache with the prefix: what the prefix cache holds of it is copied in (a
+        view; caches only ever grow by concatenation), the rest is computed."""
+        start = 0
+        if self.prefix_cache is not None:
+            start, entry = self.prefix_cache.match(prefix)
+            if entry is not None:
+                for layer, (keys, values) in zip(row.layers, entry.layers):
+                    layer.lazy_initialization(keys, values)
+                    layer.keys, layer.values = keys[:, :, :start], values[:, :, :start]
+        if start < len(prefix):
+            self.model(input_ids=torch.tensor([prefix[start:]], device=self.device), past_key_values=row,
+                       use_cache=True, logits_to_keep=1)
+            if self.prefix_cache is not None:
+                self.prefix_cache.store(prefix, [(layer.keys, layer.values) for layer in row.layers])
 
     @torch.inference_mode()
     def remove_rows(self, rows: list[int]) -> None:

@@ -63,6 +63,7 @@ class EngineMethod:
         # drafter-invariant sampler: the bench names the sampler instead of letting the seed choose.
         self.sampler = sampler
         self.verifier = verifier
+        self.grammar = None  # a constraints.GrammarSpec every output must match (bench --json-schema)
         if self.proposer not in gen.proposers:
             raise ValueError(f"{name} needs a draft model: give --draft")
         self.name = label or name  # e.g. draft-llamacpp when several drafts are compared
@@ -97,7 +98,7 @@ class EngineMethod:
         try:
             with memories, PeakMemory() as mem:
                 out = self.gen.generate(prompt_ids, params.replace(sampler=self.sampler), k=k or 0, chat=False,
-                                        proposer=self.proposer, verifier=self.verifier)
+                                        proposer=self.proposer, verifier=self.verifier, grammar=self.grammar)
         finally:
             self.gen.pooled_acceptance = saved
         s = out.stats

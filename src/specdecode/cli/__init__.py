@@ -100,6 +100,12 @@ def check_draft_context(n: int | None) -> int | None:
     return n or None
 
 
+def check_prefix_tokens(n: int) -> int:
+    if n < 0:
+        raise InvalidParameter(f"--prefix-cache-tokens must be >= 0 (0: no prefix cache), got {n}")
+    return n
+
+
 def check_suffix_tokens(n: int) -> int:
     if n < 0:
         raise InvalidParameter(f"--suffix-cache-tokens must be >= 0 (0: no memory), got {n}")

@@ -52,6 +52,9 @@ def bench(
                                     "methods and servers are compared on equal work"),
     verifier: str = typer.Option("token", "--verifier", help="token, block, or both (token,block): our methods under "
                                  "each verification rule, side by side (block ones named METHOD-block)"),
+    json_schema: Optional[str] = typer.Option(None, "--json-schema", help="a JSON schema file every output of our "
+                                              "methods must match (structured output, with and without "
+                                              "speculation); peers cannot be constrained, so they are refused"),
     sampler: str = typer.Option("standard", "--sampler", help="standard, invariant, or both (standard,invariant): "
                                 "our methods under each sampling rule, side by side (invariant ones named "
                                 "METHOD-invariant)"),
@@ -103,6 +106,7 @@ def bench(
     for t in temps:
         SamplingParams(temperature=t)  # validates
     window = check_draft_context(draft_context)
+    grammar = schema_grammar(json_schema, method_names)
     config = BenchConfig(k_values, temps, max_new_tokens, repeats, seed, turns, ignore_eos=ignore_eos)
     SamplingParams(max_new_tokens=max_new_tokens)
     if prompt_lengths is None:
@@ -146,12 +150,15 @@ def bench(
                 label = "draft-" + "".join(ch if ch.isalnum() or ch in "._@" else "-" for ch in spec.strip())
             grid.methods.append(EngineMethod("draft", build_generator(target_model, tokenizer, "draft", other,
                                                                       other_tok, draft_context=window), label=label))
+    if grammar is not None:
+        gen.grammars().check(grammar)
     for method in [m for m in grid.methods if isinstance(m, EngineMethod)]:
-        method.sampler, method.verifier = samplers[0], verifiers[0]
+        method.sampler, method.verifier, method.grammar = samplers[0], verifiers[0], grammar
         variants = [(s, verifiers[0], s) for s in samplers[1:]] + [(samplers[0], v, v) for v in verifiers[1:]]
         for other_sampler, other_verifier, suffix in variants:
             grid.methods.append(EngineMethod(method.proposer_method, method.gen, label=f"{method.name}-{suffix}",
                                              sampler=other_sampler, verifier=other_verifier))
+            grid.methods[-1].grammar = grammar
     # Warm-up: every method once on a short prompt, untimed. A method this environment cannot run
     # is reported as skipped with the reason instead of failing the whole bench.
     warm = SamplingParams(max_new_tokens=4, temperature=0.0)
@@ -180,7 +187,7 @@ def bench(
     cfg = {"workload": prompt_lengths and f"prompt lengths {prompt_lengths}" or workload, "categories": categories,
            "limit": limit, "turns": turns, "methods": method_names, "k": k_values, "temperature": temps,
            "max_new_tokens": max_new_tokens, "repeats": repeats, "seed": seed, "concurrency": 1,
-           "prompts": len(prompts), "draft_context": window}
+           "prompts": len(prompts), "draft_context": window, "json_schema": json_schema}
     write_outputs(Path(out_dir), records, runs, env, cfg, grid.skipped)
     table = Table("method", "k", "T", "tok/s", "speedup", "acceptance", "mean acc.", "TTFT ms", "ITL p50 ms")
     for r in records:
@@ -194,6 +201,26 @@ def bench(
                       "-" if r["itl_p50_s"] is None else f"{r['itl_p50_s'] * 1000:.0f}")
     out.print(table)
     out.print(f"wrote {out_dir}/results.json, {out_dir}/report.md and plots")
+
+
+def schema_grammar(path: str | None, methods: list[str]):
+    """The GrammarSpec of --json-schema (None without it); only our methods can honour it."""
+    if path is None:
+        return None
+    import json
+    from pathlib import Path
+
+    from ..bench.methods import ENGINE_METHODS
+    from ..constraints import GrammarSpec
+
+    peers = [m for m in methods if m not in ENGINE_METHODS]
+    if peers:
+        raise InvalidParameter(f"--json-schema constrains our methods only; {', '.join(peers)} would run "
+                               "unconstrained: drop them from --methods")
+    try:
+        return GrammarSpec("json", json.loads(Path(path).read_text()))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InvalidParameter(f"--json-schema {path}: {exc}") from None
 
 
 def bench_endpoint(endpoint, workload, categories, limit, concurrency, requests, request_rate, max_new_tokens,

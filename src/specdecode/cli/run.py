@@ -13,7 +13,7 @@ from rich.table import Table
 
 from ..sampling import InvalidParameter, SamplingParams
 from . import (DType, Draft, DraftContext, DraftDType, Proposer, Sampler, SuffixTokens, Target, app,
-               check_draft_context, check_suffix_tokens, err, from_config, out, parse_k, sampling_from_flags,
+               check_draft_context, check_prefix_tokens, check_suffix_tokens, err, from_config, out, parse_k, sampling_from_flags,
                summary_line)
 from .render import print_verify_report
 
@@ -204,6 +204,12 @@ def serve(
     suffix_scope: str = typer.Option("shared", "--suffix-scope", help="whose earlier outputs the suffix proposer "
                                      "drafts from: shared (every request's) | client (the same API key or `user`) "
                                      "| off"),
+    prefix_cache_tokens: int = typer.Option(4096, "--prefix-cache-tokens", help="tokens of recent prompts whose "
+                                            "KV the transformers target and draft keep each, for prompts that start "
+                                            "alike (a system prompt, earlier chat turns); 0: off"),
+    logprobs_mode: str = typer.Option("raw", "--logprobs-mode", help="the distribution logprobs report unless a "
+                                      "request says: raw (the model's) | processed (after penalties, grammar, "
+                                      "temperature, top-k/p)"),
 ):
     """OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, /v1/models, /health,
     /metrics) with continuous batching of exact speculative decoding."""
@@ -230,17 +236,22 @@ def serve(
     if suffix_scope not in SUFFIX_SCOPES:
         raise InvalidParameter(f"--suffix-scope is one of {', '.join(SUFFIX_SCOPES)}, got {suffix_scope!r}")
     check_suffix_tokens(suffix_cache_tokens)
+    check_prefix_tokens(prefix_cache_tokens)
+    from ..logprobs import MODES
+
+    if logprobs_mode not in MODES:
+        raise InvalidParameter(f"--logprobs-mode is one of {', '.join(MODES)}, got {logprobs_mode!r}")
     steps = parse_k(k)
     engine_config = EngineConfig(max_batch=max_batch, max_waiting=max_waiting, load_policy=load_policy == "on")
     gen = SpeculativeGenerator.from_pretrained(target=target, draft=draft, proposer=proposer, dtype=dtype,
                                                draft_dtype=draft_dtype, draft_context=window,
                                                suffix_memory=0 if suffix_scope == "off" else suffix_cache_tokens,
-                                               config=engine_config)
+                                               prefix_cache=prefix_cache_tokens, config=engine_config)
     gen.calibrate()
     engine = gen
     name = served_model_name or ("specdecode/" + os.path.basename(str(target).rstrip("/")))
     app_ = create_app(engine, name, default_k=steps, default_max_tokens=max_tokens, shutdown_grace_s=shutdown_timeout,
-                      suffix_scope=suffix_scope)
+                      suffix_scope=suffix_scope, logprobs_mode=logprobs_mode)
     err.print(f"serving {name} (target {gen.target.backend}{' ' + gen.info['dtype'] if gen.target.backend.startswith('torch') else ''}, proposer {proposer}, k={steps}, max batch "
               f"{max_batch}, load policy {load_policy}) on http://{host}:{port}", highlight=False)
     uvicorn.run(app_, host=host, port=port, log_level="warning", timeout_graceful_shutdown=shutdown_timeout)

@@ -102,10 +102,11 @@ SUFFIX_SCOPES = ("shared", "client", "off")
 
 
 def create_app(engine: Engine, model_name: str, default_k: int | str = 4, default_max_tokens: int = 256,
-               shutdown_grace_s: float = 30.0, suffix_scope: str = "shared") -> FastAPI:
+               shutdown_grace_s: float = 30.0, suffix_scope: str = "shared", logprobs_mode: str = "raw") -> FastAPI:
     """suffix_scope: whose earlier outputs the suffix proposer drafts from: every request's
     (shared), the same client's (its API key, else its `user` field; a request with neither uses no
-    memory), or nobody's (off)."""
+    memory), or nobody's (off). logprobs_mode: the distribution logprobs report when a request does
+    not say (logprobs.py)."""
     if suffix_scope not in SUFFIX_SCOPES:
         raise ValueError(f"the suffix memory's scope is one of {', '.join(SUFFIX_SCOPES)}, got {suffix_scope!r}")
     metrics = ServerMetrics(model_name)
@@ -221,7 +222,7 @@ def create_app(engine: Engine, model_name: str, default_k: int | str = 4, defaul
                                 k=spec.k if spec and spec.k is not None else default_k,
                                 proposer=spec.proposer if spec else None,
                                 verifier=spec.verifier if spec else "token", tree=spec.tree if spec else 0,
-                                grammar=grammar, logprobs=top, logprobs_mode=body.logprobs_mode,
+                                grammar=grammar, logprobs=top, logprobs_mode=body.logprobs_mode or logprobs_mode,
                                 tenant=tenant, remember=remember)
             if i == 0:
                 engine.check(req)  # the choices differ only in their seeds

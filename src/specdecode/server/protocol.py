@@ -65,7 +65,7 @@ class CommonRequest(BaseModel):
     n: int = 1
     logprobs: Any = None
     top_logprobs: int | None = None
-    logprobs_mode: Literal["raw", "processed"] = "raw"
+    logprobs_mode: Literal["raw", "processed"] | None = None  # None: the server's --logprobs-mode
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
