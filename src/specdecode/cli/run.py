@@ -248,6 +248,7 @@ def serve(
                                                suffix_memory=0 if suffix_scope == "off" else suffix_cache_tokens,
                                                prefix_cache=prefix_cache_tokens, config=engine_config)
     gen.calibrate()
+    gen.grammars()  # llguidance's view of the vocabulary (about a second), paid before the first request
     engine = gen
     name = served_model_name or ("specdecode/" + os.path.basename(str(target).rstrip("/")))
     app_ = create_app(engine, name, default_k=steps, default_max_tokens=max_tokens, shutdown_grace_s=shutdown_timeout,
