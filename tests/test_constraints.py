@@ -15,36 +15,20 @@ import pytest
 import torch
 
 import tiny
+from test_exactness import ALPHA, assert_exact, exact_model_joint
 from specdecode.constraints import GrammarSpec, PenaltyCounts
 from specdecode.goodness import one_sample
 from specdecode.request import Request
-from specdecode.sampling import InvalidParameter, SamplingParams, probs_from_logits
+from specdecode.sampling import InvalidParameter, SamplingParams
 
-ALPHA = 1e-3
 N = 1500
 PROMPT = [5, 6, 7, 8]
 TOPK = SamplingParams(temperature=1.0, top_k=3, max_new_tokens=3, ignore_eos=True, sampler="standard")
 LETTERS = "abcdef"
 
 
-def assert_exact(result):
-    assert result.p_value >= ALPHA, result
-    assert result.tv_distance <= result.tv_bound, result
-
-
-def exact_joint(model, params, shape, L=3):
-    """P(x_1..x_L | PROMPT) when shape(logits, prefix) transforms the target's logits first."""
-    out = {(): 1.0}
-    for _ in range(L):
-        nxt = {}
-        for prefix, pr in out.items():
-            with torch.no_grad():
-                logits = model(input_ids=torch.tensor([PROMPT + list(prefix)])).logits[0, -1].float()
-            probs = probs_from_logits(shape(logits, list(prefix)), params)
-            for x in probs.nonzero().flatten().tolist():
-                nxt[prefix + (x,)] = pr * float(probs[x])
-        out = nxt
-    return out
+def exact_joint(model, params, shape):
+    return exact_model_joint(model, PROMPT, params, 3, shape)
 
 
 def run(gen, params, k=2, proposer="draft", **request):

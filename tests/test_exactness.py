@@ -188,8 +188,9 @@ BATCH_PROMPT = [5, 6, 7, 8]
 TOPK = SamplingParams(temperature=1.0, top_k=3, max_new_tokens=3, ignore_eos=True, sampler="standard")
 
 
-def exact_model_joint(model, prompt, params, L):
-    """P(x_1..x_L | prompt) under the sampling transform, by walking the (top-k) support."""
+def exact_model_joint(model, prompt, params, L, shape=None):
+    """P(x_1..x_L | prompt) under the sampling transform, by walking the (top-k) support;
+    shape(logits, prefix), when given, transforms the target's logits first (penalties, a mask)."""
     from specdecode.sampling import probs_from_logits
 
     out = {(): 1.0}
@@ -198,6 +199,8 @@ def exact_model_joint(model, prompt, params, L):
         for prefix, pr in out.items():
             with torch.no_grad():
                 logits = model(input_ids=torch.tensor([prompt + list(prefix)])).logits[0, -1].float()
+            if shape is not None:
+                logits = shape(logits, list(prefix))
             probs = probs_from_logits(logits, params)
             for x in probs.nonzero().flatten().tolist():
                 nxt[prefix + (x,)] = pr * float(probs[x])

@@ -97,6 +97,11 @@ def test_n_choices_seeded_as_seed_plus_i(client):
     assert [streamed[i] for i in range(3)] == [c.message.content for c in both.choices]
     done = client.completions.create(prompt="xy", n=2, **body)
     assert len(done.choices) == 2 and done.usage.completion_tokens == 16
+    pieces = {}
+    for c in client.completions.create(prompt="xy", n=2, stream=True, **body):
+        for choice in c.choices:
+            pieces[choice.index] = pieces.get(choice.index, "") + choice.text
+    assert [pieces[0], pieces[1]] == [c.text for c in done.choices]
 
 
 # -- structured output ---------------------------------------------------------------------------
@@ -144,6 +149,14 @@ def test_penalties_and_logit_bias_change_the_output_the_same_way_with_and_withou
     a = tok.convert_tokens_to_ids("a")
     biased = client.chat.completions.create(**base, logit_bias={str(a): 100}, extra_body=spec(3))
     assert biased.choices[0].message.content == "a" * 16
+    # Completions, streamed and not, take the same fields.
+    body = dict(model=MODEL, prompt="abc", max_tokens=12, temperature=0, presence_penalty=1.5, frequency_penalty=1.0,
+                extra_body={"repetition_penalty": 1.3} | spec(3))
+    whole = client.completions.create(**body).choices[0].text
+    pieces = "".join(c.choices[0].text for c in client.completions.create(stream=True, **body) if c.choices)
+    unpenalised = client.completions.create(model=MODEL, prompt="abc", max_tokens=12, temperature=0,
+                                            extra_body=spec(3)).choices[0].text
+    assert whole == pieces != unpenalised
 
 
 # -- speculation stats and bad values ------------------------------------------------------------
