@@ -247,6 +247,19 @@ def test_policy_charges_a_draft_models_catch_up_to_the_step_that_turns_it_on():
     assert LoadPolicy(costs).cap([RowPlan(4, AcceptanceTracker(0.8), False)] * 2) == 4
 
 
+def test_a_row_alone_drafts_after_a_catch_up_only_if_its_remaining_tokens_repay_it():
+    from specdecode.planning import catch_up_pays
+
+    costs = costs_of(CostCurve({1: 0.10, 8: 0.11}), CostCurve({1: 0.01}))
+    costs.observe_catch_up(128, 0.128)  # 1 ms a context token
+    row = RowPlan(4, AcceptanceTracker(0.8), True, behind=400)  # 0.4 s to catch up
+    # At 80% acceptance four drafts make a token cost about 0.15 / 3.4 = 0.044 s instead of 0.10 s.
+    assert catch_up_pays(costs, row, 4, remaining=64)
+    assert not catch_up_pays(costs, row, 4, remaining=5)
+    assert catch_up_pays(costs, RowPlan(4, AcceptanceTracker(0.8), True, behind=40), 4, remaining=5)
+    assert not catch_up_pays(costs, RowPlan(4, AcceptanceTracker(0.05), True, behind=400), 4, remaining=10_000)
+
+
 def test_a_probe_skips_rows_whose_draft_model_is_far_behind(small_draft_gen, monkeypatch):
     with BatchEngine(small_draft_gen, max_batch=4) as engine:
         real = engine.policy.cap

@@ -14,6 +14,9 @@ from .load_policy import LoadPolicy, RowPlan
 # Under a load-policy probe, rows whose draft model is further behind than this draft nothing: a
 # probe measures acceptance, and that is not worth a draft model's catch-up.
 PROBE_BEHIND = 2
+# A row alone weighs a draft model's catch-up against what drafting saves over at most this many of
+# its remaining tokens (max_new_tokens is an upper bound: a request may stop much earlier).
+HORIZON = 256
 
 
 @dataclass
@@ -45,4 +48,21 @@ def plan_rows(rows, proposers: dict, policy: LoadPolicy, costs, k_max: int, limi
     cap = policy.cap(wants)
     for plan, want in zip(plans, wants):
         plan.k = 0 if policy.probing and want.behind > PROBE_BEHIND else min(plan.k, cap)
+    alone = rows[0]
+    if len(rows) == 1 and alone.auto is not None and costs is not None and wants[0].behind > PROBE_BEHIND \
+            and plans[0].k:
+        if not catch_up_pays(costs, wants[0], plans[0].k, alone.params.max_new_tokens - len(alone.generated)):
+            plans[0].k = 0
     return plans, any(w.wanted for w in wants)
+
+
+def catch_up_pays(costs, want: RowPlan, k: int, remaining: int) -> bool:
+    """A k="auto" row alone (a fixed k is drafted as asked), whose draft model must first process
+    `want.behind` tokens (it has not drafted for a while, or never): draft only if the time
+    speculation saves per token, times the tokens left (at most HORIZON), exceeds the catch-up.
+    Over several rows the load policy prices it."""
+    if not costs.verify.points or not costs.catch_up:
+        return True
+    plain = costs.verify_seconds(1, 1)
+    spec = (costs.verify_seconds(1, 1 + k) + k * costs.draft_step(1)) / want.acceptance.expected_tokens(k)
+    return (plain - spec) * min(remaining, HORIZON) > costs.catch_up_seconds(want.behind)
