@@ -63,6 +63,9 @@ def catch_up_pays(costs, want: RowPlan, k: int, remaining: int) -> bool:
     Over several rows the load policy prices it."""
     if not costs.verify.points or not costs.catch_up:
         return True
-    plain = costs.verify_seconds(1, 1)
-    spec = (costs.verify_seconds(1, 1 + k) + k * costs.draft_step(1)) / want.acceptance.expected_tokens(k)
+    # Per token, at the costs k="auto"'s own rule uses: a probe (k = 1 where no k pays) saves nothing,
+    # so a draft far behind is not caught up just to be probed.
+    draft_token_s = costs.per_draft.get("draft", costs.draft_step(1))
+    plain = costs.verify(1)
+    spec = (costs.verify(1 + k) + k * draft_token_s) / want.acceptance.expected_tokens(k)
     return (plain - spec) * min(remaining, HORIZON) > costs.catch_up_seconds(want.behind)
