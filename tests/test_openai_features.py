@@ -123,6 +123,22 @@ def test_json_schema_output_parses_chat_and_completions(client, stream):
             assert set(value) == {"name", "n"} and 0 <= value["n"] <= 50
 
 
+def test_the_clients_parse_helper_gets_its_pydantic_model(client):
+    """`client.chat.completions.parse(response_format=Model)` sends a strict json_schema built from a
+    pydantic model and parses the reply into it: what most structured-output code does."""
+    from pydantic import BaseModel, Field
+
+    class Item(BaseModel):
+        label: str = Field(max_length=6)
+        count: int = Field(ge=0, le=9)
+
+    for seed in range(3):
+        out = client.chat.completions.parse(model=MODEL, messages=MESSAGES, max_tokens=120, temperature=1.0,
+                                            seed=seed, response_format=Item)
+        item = out.choices[0].message.parsed
+        assert isinstance(item, Item) and 0 <= item.count <= 9
+
+
 def test_json_object_regex_choice_and_grammar(client):
     body = dict(model=MODEL, messages=MESSAGES, max_tokens=120, temperature=1.0)
     for seed in range(3):

@@ -317,8 +317,9 @@ def test_a_seed_means_the_same_text_alone_and_under_load(twin_gen):
     with live_server(create_app(engine, MODEL, default_k="auto")) as (base, _):
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="none", max_retries=0)
 
-        def ask(seed, proposer="draft", sampler=None):
-            body = {"ignore_eos": True, "speculative": {"proposer": proposer}, **({"sampler": sampler} if sampler else {})}
+        def ask(seed, proposer="draft", sampler=None, k=None):
+            body = {"ignore_eos": True, "speculative": {"proposer": proposer, **({"k": k} if k is not None else {})},
+                    **({"sampler": sampler} if sampler else {})}
             return client.completions.create(model=MODEL, prompt="abcab", max_tokens=24, temperature=1.0, top_p=0.9,
                                              seed=seed, extra_body=body).choices[0].text
 
@@ -329,8 +330,9 @@ def test_a_seed_means_the_same_text_alone_and_under_load(twin_gen):
             [f.result() for f in others]
         assert busy.result() == alone
         assert ask(1234, "none") == alone  # plain decoding with that seed: the same tokens
-        # Control: under the standard rule the proposer consumes the seed's random numbers its own way.
-        assert ask(1234, "none", "standard") != ask(1234, "draft", "standard")
+        # Control: under the standard rule the proposer consumes the seed's random numbers its own way
+        # (at a fixed k, so that it drafts whatever the measured costs say).
+        assert ask(1234, "none", "standard") != ask(1234, "draft", "standard", k=4)
 
 
 @pytest.mark.parametrize("scope", ["shared", "client", "off"])
