@@ -67,7 +67,9 @@ class PrefixCache:
             self.entries.move_to_end(key)
             return
         tokens = np.asarray(prefix, dtype=np.int64)
-        for old in [k for k, e in self.entries.items() if len(e.tokens) <= n and np.array_equal(e.tokens, tokens[: len(e.tokens)])]:
+        covered = [k for k, e in self.entries.items()
+                   if len(e.tokens) <= n and np.array_equal(e.tokens, tokens[: len(e.tokens)])]
+        for old in covered:
             self._drop(old)
         self.entries[key] = Entry(tokens, [(k[:, :, :n].clone(), v[:, :, :n].clone()) for k, v in layers])
         self.tokens += n
