@@ -34,7 +34,6 @@ from .calibration import calibrate
 from .costs import AcceptanceTracker, PassCosts
 from .constraints import GrammarCompiler
 from .load_policy import LoadPolicy
-from .logprobs import check_logprobs, logprob_rows, pick
 from .planning import Plan, plan_rows
 from .prompts import Prompt, chat_ids, encode
 from .proposers import Proposal, Proposer
@@ -43,7 +42,7 @@ from .request import QueueFull, Request, RequestError
 from .sampling import InvalidParameter, SamplingParams
 from .stats import GenerationOutput, StepRecord
 from .textstream import OnToken
-from .verifier import InvariantVerifier, RejectFn, TokenVerifier, Verdict
+from .verifier import InvariantVerifier, RejectFn, TokenVerifier, Verdict, verify_row
 
 log = logging.getLogger(__name__)
 
@@ -160,21 +159,9 @@ class Engine:
     def check(self, req: Request) -> None:
         """Raise RequestError/InvalidParameter for a request that can never run."""
         self.get_proposer(req.proposer)
-        check_k(req.k)
         if req.verifier not in self.verifiers:
             raise InvalidParameter(f"verifier must be token or block, got {req.verifier!r}")
-        if req.tree != 0:
-            raise InvalidParameter(f"tree drafting is not built yet: tree must be 0 (a chain of drafts), got "
-                                   f"{req.tree!r}")
-        check_logprobs(req.logprobs, req.logprobs_mode)
-        if req.grammar is not None:
-            self.grammars().check(req.grammar)
-        if not req.prompt_ids:
-            raise RequestError("the prompt is empty")
-        limit = self.target.max_context
-        if len(req.prompt_ids) + 1 > limit:
-            raise RequestError(f"the prompt has {len(req.prompt_ids)} tokens but the target's context is {limit}: "
-                               "shorten the prompt")
+        req.check(self.target.max_context, self.grammars if req.grammar is not None else None)
 
     def grammars(self) -> GrammarCompiler:
         """The grammar compiler over this engine's tokenizer (built at the first constrained request)."""
@@ -252,20 +239,8 @@ class Engine:
     # -- pieces of the step ----------------------------------------------------------------------
 
     def _verify(self, r: Request, logits: torch.Tensor, proposal: Proposal) -> Verdict:
-        """The row's rule: the drafter-invariant one with the noise of its positions (invariant.py), or
-        the token-level or block rejection step with the row's own generator. Penalties, bias and
-        grammar shape every position first, by the text before it (as the draft's q was shaped)."""
-        raw = logits[: len(proposal.tokens) + 1]
-        shaped = r.shape(raw, proposal.tokens)
-        if r.invariant:
-            start = len(r.context)
-            verdict = self.invariant(shaped, proposal, r.params, lambda i: r.noise(start + i))
-        else:
-            verdict = self.verifiers[r.verifier](shaped, proposal, r.params, r.generator)
-        if r.logprobs is not None:
-            rows = logprob_rows(raw[: len(verdict.tokens)], shaped[: len(verdict.tokens)], r.params, r.logprobs_mode)
-            r.pending_logprobs = pick(rows, verdict.tokens, r.logprobs)
-        return verdict
+        """The row's rule on the row's shaped logits (verifier.verify_row)."""
+        return verify_row(r, logits, proposal, self.verifiers[r.verifier], self.invariant)
 
     def _admit(self) -> None:
         """Waiting requests join while there is room; requests with the same prompt are prefilled
@@ -444,7 +419,3 @@ class Engine:
         draft = self.proposers.get("draft")
         calibrate(self.pass_costs, self.target, draft.runner if draft is not None else None)
 
-
-def check_k(k) -> None:
-    if k != "auto" and (not isinstance(k, int) or isinstance(k, bool) or k < 0):
-        raise InvalidParameter(f"k must be an integer >= 0 (tokens drafted per step) or 'auto', got {k!r}")

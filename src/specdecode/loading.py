@@ -38,24 +38,17 @@ def load_generator(
     proposer: str = "draft",
     dtype: str = "auto",
     draft_dtype: str | None = None,
-    ngram_max: int = 3,
-    ngram_min: int = 1,
-    draft_context: int | None = None,
-    suffix_memory: int = 100_000,
-    prefix_cache: int = 0,
     config: EngineConfig | None = None,
+    **options,
 ) -> SpeculativeGenerator:
-    """draft_dtype defaults to dtype; int8 drafts are cheap and cost nothing in exactness.
-    draft_context: the draft model sees only the last N prompt tokens (see DraftModelProposer)."""
+    """draft_dtype defaults to dtype; int8 drafts are cheap and cost nothing in exactness. Options
+    are build_generator's (ngram_max, ngram_min, draft_context, suffix_memory, prefix_cache)."""
     _check_proposer(proposer)
     config = config or EngineConfig()
     target_model, tokenizer, draft_model, draft_tokenizer = load_models(
         target, draft if proposer in WITH_DRAFT else None, dtype, draft_dtype, max_rows=config.max_batch
     )
-    gen = build_generator(
-        target_model, tokenizer, proposer, draft_model, draft_tokenizer, ngram_max=ngram_max, ngram_min=ngram_min,
-        draft_context=draft_context, suffix_memory=suffix_memory, prefix_cache=prefix_cache, config=config,
-    )
+    gen = build_generator(target_model, tokenizer, proposer, draft_model, draft_tokenizer, config=config, **options)
     gen.info.update(target=target, draft=draft if draft_model is not None else None, dtype=parse_dtype(dtype),
                     draft_dtype=parse_dtype(draft_dtype or dtype) if draft_model is not None else None)
     return gen

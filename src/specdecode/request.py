@@ -12,7 +12,8 @@ import torch
 from .constraints import Grammar, GrammarSpec, PenaltyCounts, apply_logit_bias, apply_mask
 from .costs import AcceptanceTracker
 from .invariant import gumbel
-from .sampling import SamplingParams
+from .logprobs import check_logprobs
+from .sampling import InvalidParameter, SamplingParams
 from .stats import GenerationStats
 from .textstream import OnToken, TextStream
 
@@ -76,6 +77,22 @@ class Request:
     token_logprobs: list = field(default_factory=list)  # logprobs.TokenLogprob per emitted token
     pending_logprobs: list = field(default_factory=list, repr=False)  # this pass's, before the stop rules
     _noise: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)
+
+    def check(self, max_context: int, grammars: Callable | None = None) -> None:
+        """Raise RequestError/InvalidParameter if this request can never run (grammars(): the
+        engine's grammar compiler, for a request with a grammar)."""
+        check_k(self.k)
+        if self.tree != 0:
+            raise InvalidParameter(f"tree drafting is not built yet: tree must be 0 (a chain of drafts), got "
+                                   f"{self.tree!r}")
+        check_logprobs(self.logprobs, self.logprobs_mode)
+        if self.grammar is not None:
+            grammars().check(self.grammar)
+        if not self.prompt_ids:
+            raise RequestError("the prompt is empty")
+        if len(self.prompt_ids) + 1 > max_context:
+            raise RequestError(f"the prompt has {len(self.prompt_ids)} tokens but the target's context is "
+                               f"{max_context}: shorten the prompt")
 
     @property
     def invariant(self) -> bool:
@@ -199,3 +216,8 @@ class Request:
         stats.total_s = time.perf_counter() - self.submitted_at
         stats.new_tokens = len(self.generated)
         self.finish_reason = stats.finish_reason
+
+
+def check_k(k) -> None:
+    if k != "auto" and (not isinstance(k, int) or isinstance(k, bool) or k < 0):
+        raise InvalidParameter(f"k must be an integer >= 0 (tokens drafted per step) or 'auto', got {k!r}")

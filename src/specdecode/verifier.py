@@ -17,6 +17,7 @@ import torch
 
 from .proposers.base import Proposal
 from .invariant import gumbel_argmax
+from .logprobs import logprob_rows, pick
 from .rejection import rejection_sample
 from .sampling import SamplingParams, probs_from_logits
 
@@ -78,3 +79,23 @@ class InvariantVerifier:
         # draft no closed form is used: k=auto counts what happened (no chances).
         chances = [float(p[i, x]) for i, x in enumerate(drafts)] if proposal.probs is None else []
         return Verdict(tokens, accepted, chances)
+
+
+def verify_row(r, logits: torch.Tensor, proposal: Proposal, verifier: TokenVerifier,
+               invariant: InvariantVerifier) -> Verdict:
+    """One row of a pass: its penalties, bias and grammar shape every position first, by the text
+    before it (as the draft's q was shaped: request.Request.shape); then the drafter-invariant rule
+    with the noise of its positions, or the token-level / block rejection step with the row's own
+    generator; the emitted tokens' logprobs are read from the same rows (logprobs.py)."""
+    raw = logits[: len(proposal.tokens) + 1]
+    shaped = r.shape(raw, proposal.tokens)
+    if r.invariant:
+        start = len(r.context)
+        verdict = invariant(shaped, proposal, r.params, lambda i: r.noise(start + i))
+    else:
+        verdict = verifier(shaped, proposal, r.params, r.generator)
+    if r.logprobs is not None:
+        emitted = len(verdict.tokens)
+        r.pending_logprobs = pick(logprob_rows(raw[:emitted], shaped[:emitted], r.params, r.logprobs_mode),
+                                  verdict.tokens, r.logprobs)
+    return verdict
