@@ -68,3 +68,26 @@ def test_the_cache_is_bounded_least_recently_used_first():
     cache.store(list(range(200, 400)), kv)  # longer than the whole budget: not kept
     assert cache.tokens == 80
     assert all(k.shape[2] <= 50 for e in cache.entries.values() for k, _ in e.layers)
+
+
+def test_the_server_reuses_a_shared_system_prompt_and_says_so_in_metrics(target_model, tok):
+    import httpx
+
+    from live_server import live_server
+    from specdecode.server import create_app
+    from test_server import metric
+
+    system = "You are a careful assistant. Answer briefly and cite the rule you follow. " * 2
+    answers = {}
+    for size in (0, 1000):
+        gen = SpeculativeGenerator.from_models(target_model, tok, "ngram", prefix_cache=size)
+        with live_server(create_app(gen, "tiny", default_k=3)) as (url, _):
+            answers[size] = [httpx.post(f"{url}/v1/chat/completions", timeout=60, json={
+                "messages": [{"role": "system", "content": system}, {"role": "user", "content": q}],
+                "max_tokens": 6, "temperature": 0}).json()["choices"][0]["message"]["content"] for q in ("a?", "b?")]
+            if size:
+                queried = metric(url, "specdecode:prefix_cache_queries_total")
+                hits = metric(url, "specdecode:prefix_cache_hits_total")
+                assert queried > hits >= len(tok(system)["input_ids"])  # the second prompt found the first
+                assert metric(url, "specdecode:prefix_cache_tokens") > 0
+    assert answers[0] == answers[1000]

@@ -35,9 +35,11 @@ class PrefixCache:
         self.hits = 0
         self.misses = 0
         self.reused_tokens = 0
+        self.queried_tokens = 0
 
     def match(self, prefix: list[int]) -> tuple[int, Entry | None]:
         """The longest cached start of `prefix` (at least MIN_MATCH tokens): (length, entry)."""
+        self.queried_tokens += len(prefix)
         if not self.entries or len(prefix) < MIN_MATCH:
             self.misses += 1
             return 0, None
@@ -85,4 +87,4 @@ class PrefixCache:
 
     def stats(self) -> dict:
         return {"entries": len(self.entries), "tokens": self.tokens, "max_tokens": self.max_tokens, "hits": self.hits,
-                "misses": self.misses, "reused_tokens": self.reused_tokens}
+                "misses": self.misses, "reused_tokens": self.reused_tokens, "queried_tokens": self.queried_tokens}

@@ -113,6 +113,8 @@ def create_app(engine: Engine, model_name: str, default_k: int | str = 4, defaul
     suffix = engine.proposers.get("suffix")
     if suffix is not None:
         metrics.watch_suffix(suffix)
+    if getattr(engine.target, "prefix_cache", None) is not None:
+        metrics.watch_prefix_cache(engine.target.prefix_cache)
     worker = EngineWorker(engine, metrics)
     gen = engine
     text_of = TokenText(engine.tokenizer)

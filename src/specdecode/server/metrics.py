@@ -76,6 +76,30 @@ class ServerMetrics:
         self.registry.register(_SuffixCollector(proposer, self.labels))
 
 
+    def watch_prefix_cache(self, cache) -> None:
+        """Export the target's prefix cache as vLLM does: prompt tokens looked up and found (the hit
+        rate is hits / queries), and the tokens it holds."""
+        self.registry.register(_PrefixCacheCollector(cache, self.labels))
+
+
+class _PrefixCacheCollector:
+    def __init__(self, cache, labels: dict):
+        self.cache, self.labels = cache, labels
+
+    def collect(self):
+        names, values = list(self.labels), list(self.labels.values())
+        for name, value, doc in (
+                ("prefix_cache_queries", self.cache.queried_tokens, "Prompt tokens looked up in the prefix cache"),
+                ("prefix_cache_hits", self.cache.reused_tokens, "Prompt tokens whose KV came from the prefix cache")):
+            family = CounterMetricFamily(PREFIX + name, doc, labels=names)
+            family.add_metric(values, value)
+            yield family
+        size = GaugeMetricFamily(PREFIX + "prefix_cache_tokens", "Tokens held in the target's prefix cache",
+                                 labels=names)
+        size.add_metric(values, self.cache.tokens)
+        yield size
+
+
 class _SuffixCollector:
     def __init__(self, proposer, labels: dict):
         self.proposer, self.labels = proposer, labels
