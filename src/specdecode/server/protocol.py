@@ -81,8 +81,10 @@ class CommonRequest(BaseModel):
         for name in REFUSED:
             value = (self.model_extra or {}).get(name)
             if value not in (None, False, 0, "", [], {}) and not (name == "tool_choice" and value == "none"):
+                hint = " (for output in a function's argument shape, send its JSON schema as response_format " \
+                       "json_schema)" if name in ("tools", "tool_choice", "functions", "function_call") else ""
                 return f"{name} is not supported by this server; it would change the output, so the request is " \
-                       "refused rather than answered without it (see docs/serving.md)"
+                       f"refused rather than answered without it (see docs/serving.md){hint}"
         if not isinstance(self.n, int) or not 1 <= self.n <= MAX_N:
             return f"n must be an integer in [1, {MAX_N}] (choices per request), got {self.n!r}"
         return None
