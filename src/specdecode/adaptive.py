@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .costs import AcceptanceTracker, CostCurve, PassCosts, best_k
+from .costs import AcceptanceTracker, CostCurve, PassCosts, best_k, pass_seconds
 
 
 @dataclass
@@ -67,7 +67,7 @@ class AdaptiveK:
              k_max: int | None = None) -> tuple[int, float]:
         """(k, expected tokens/s) of the k that pays best, k = 0 (plain decoding) when none beats it
         by the margin (costs.best_k)."""
-        return best_k(acceptance.expected_tokens, lambda k: k * draft_token_s + verify(1 + k),
+        return best_k(acceptance.expected_tokens, lambda k: pass_seconds(verify, draft_token_s, k),
                       min(self.k_max, k_max or self.k_max), self.margin)
 
     def best_by_cost(self, draft_token_s: float, verify: CostCurve, acceptance: AcceptanceTracker) -> int:

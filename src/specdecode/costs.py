@@ -32,6 +32,11 @@ def expected_tokens(conditional: Sequence[float], k: int) -> float:
     return 1.0 + float(np.cumprod(c).sum())
 
 
+def pass_seconds(verify: "CostCurve", draft_token_s: float, k: int) -> float:
+    """One row's pass with k drafts: k drafting steps and the verify pass over 1 + k tokens."""
+    return k * draft_token_s + verify(1 + k)
+
+
 def best_k(tokens: Callable[[int], float], cost: Callable[[int], float], k_max: int,
            margin: float = 0.0) -> tuple[int, float]:
     """(k, expected tokens/s) of the k in 0..k_max with the highest tokens(k) / cost(k); k = 0

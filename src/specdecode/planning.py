@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .costs import pass_seconds
 from .load_policy import LoadPolicy, RowPlan
 
 # Under a load-policy probe, rows whose draft model is further behind than this draft nothing: a
@@ -66,6 +67,6 @@ def catch_up_pays(costs, want: RowPlan, k: int, remaining: int) -> bool:
     # Per token, at the costs k="auto"'s own rule uses: a probe (k = 1 where no k pays) saves nothing,
     # so a draft far behind is not caught up just to be probed.
     draft_token_s = costs.per_draft.get("draft", costs.draft_step(1))
-    plain = costs.verify(1)
-    spec = (costs.verify(1 + k) + k * draft_token_s) / want.acceptance.expected_tokens(k)
+    plain = pass_seconds(costs.verify, draft_token_s, 0)
+    spec = pass_seconds(costs.verify, draft_token_s, k) / want.acceptance.expected_tokens(k)
     return (plain - spec) * min(remaining, HORIZON) > costs.catch_up_seconds(want.behind)
