@@ -137,7 +137,8 @@ class GrammarCompiler:
         return source
 
     def compile(self, spec: GrammarSpec) -> "Grammar":
-        matcher = self._matcher(self.tokenizer, self.check(spec), log_level=0)
+        """The request's matcher (its grammar was checked at submission; a matcher in error says why)."""
+        matcher = self._matcher(self.tokenizer, spec.source(), log_level=0)
         if matcher.is_error():
             raise InvalidParameter(f"the {spec.kind} constraint is invalid: {matcher.get_error()}")
         return Grammar(matcher, self.vocab)

@@ -190,9 +190,11 @@ def create_app(engine: Engine, model_name: str, default_k: int | str = 4, defaul
         for i, req in enumerate(reqs):
             req.on_step = _bridge(loop, events, metrics, i)
         try:
-            worker.submit_all(reqs)
+            worker.submit_all(reqs)  # checks every choice (engine.check) before queuing any
         except QueueFull as exc:
             raise Rejected(429, str(exc), "rate_limit_error") from None
+        except (InvalidParameter, RequestError, ValueError) as exc:
+            raise Rejected(400, str(exc)) from None
         metrics.prompt_tokens.labels(**metrics.labels).inc(len(prompt_ids))
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         if body.stream:
@@ -218,18 +220,13 @@ def create_app(engine: Engine, model_name: str, default_k: int | str = 4, defaul
         max_new = min(wanted or default_max_tokens, max(room, 1))
         spec, grammar, top = body.speculative, body.grammar(), body.top()
         tenant, remember = _tenant(suffix_scope, request, body.user)
-        reqs = []
-        for i in range(body.n):
-            req = EngineRequest(prompt_ids, body.sampling(max_new, i),
-                                k=spec.k if spec and spec.k is not None else default_k,
-                                proposer=spec.proposer if spec else None,
-                                verifier=spec.verifier if spec else "token", tree=spec.tree if spec else 0,
-                                grammar=grammar, logprobs=top, logprobs_mode=body.logprobs_mode or logprobs_mode,
-                                tenant=tenant, remember=remember)
-            if i == 0:
-                engine.check(req)  # the choices differ only in their seeds
-            reqs.append(req)
-        return reqs
+        return [EngineRequest(prompt_ids, body.sampling(max_new, i),
+                              k=spec.k if spec and spec.k is not None else default_k,
+                              proposer=spec.proposer if spec else None,
+                              verifier=spec.verifier if spec else "token", tree=spec.tree if spec else 0,
+                              grammar=grammar, logprobs=top, logprobs_mode=body.logprobs_mode or logprobs_mode,
+                              tenant=tenant, remember=remember)
+                for i in range(body.n)]
 
     return app
 
