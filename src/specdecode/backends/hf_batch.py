@@ -37,8 +37,9 @@ class BatchRunner:
         # capping) go the plain way.
         self._split_head = (hasattr(model, "get_decoder") and model.get_output_embeddings() is not None
                             and getattr(model.config, "final_logit_softcapping", None) is None)
-        plain = all(type(layer) is DynamicLayer for layer in DynamicCache(config=model.config).layers)
-        self.prefix_cache = PrefixCache(prefix_cache) if prefix_cache and plain else None
+        self.prefix_cache = None
+        if prefix_cache and all(type(layer) is DynamicLayer for layer in DynamicCache(config=model.config).layers):
+            self.prefix_cache = PrefixCache(prefix_cache)
 
     @property
     def rows(self) -> int:

@@ -13,8 +13,8 @@ from rich.table import Table
 
 from ..sampling import InvalidParameter, SamplingParams
 from . import (DType, Draft, DraftContext, DraftDType, Proposer, Sampler, SuffixTokens, Target, app,
-               check_draft_context, check_prefix_tokens, check_suffix_tokens, err, from_config, out, parse_k, sampling_from_flags,
-               summary_line)
+               check_draft_context, check_prefix_tokens, check_suffix_tokens, err, from_config, out, parse_k,
+               sampling_from_flags, summary_line)
 from .render import print_verify_report
 
 

@@ -132,8 +132,8 @@ class DraftModelProposer:
                 row, state = rows[i], self.state[rows[i].id]
                 state.cached.extend(feeds[b])
                 noise = row.noise(len(row.context) + len(out[i].tokens)) if row.invariant else None
-                token, q, sure = next_draft(self._shape(row, logits[b][-1], out[i].tokens), row.params, row.generator, self.target_vocab,
-                                            confidence[i], noise)
+                token, q, sure = next_draft(self._shape(row, logits[b][-1], out[i].tokens), row.params,
+                                            row.generator, self.target_vocab, confidence[i], noise)
                 out[i].tokens.append(token)
                 if q is not None:
                     probs[i].append(q)

@@ -75,7 +75,6 @@ class ServerMetrics:
         earlier outputs) and memory size; hit rate = hits / lookups."""
         self.registry.register(_SuffixCollector(proposer, self.labels))
 
-
     def watch_prefix_cache(self, cache) -> None:
         """Export the target's prefix cache as vLLM does: prompt tokens looked up and found (the hit
         rate is hits / queries), and the tokens it holds."""
