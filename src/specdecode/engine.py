@@ -42,7 +42,8 @@ from .request import QueueFull, Request, RequestError
 from .sampling import InvalidParameter, SamplingParams
 from .stats import GenerationOutput, StepRecord
 from .textstream import OnToken
-from .verifier import InvariantVerifier, RejectFn, TokenVerifier, Verdict, verify_row
+from .tree import Residual, exact_residual, subtree, trim
+from .verifier import InvariantVerifier, RejectFn, TokenVerifier, TreeVerifier, Verdict, verify_row
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ class EngineConfig:
     cost_rule: bool = True  # k="auto" keeps k where it pays at the measured costs; off: the controller alone
     load_policy: bool = True  # over several rows, cap k where speculation would slow the batch
     reject: RejectFn = rejection_sample  # the verification rule (a wrong one only for negative controls)
+    tree_residual: Residual = exact_residual  # a tree walk's residual after a rejected candidate (ditto)
 
     def __post_init__(self) -> None:
         if self.max_batch < 1:
@@ -92,6 +94,7 @@ class Engine:
         self.policy = LoadPolicy(self.pass_costs, enabled=self.config.load_policy)
         self.verifiers = {"token": TokenVerifier(self.config.reject), "block": TokenVerifier(block_rejection_sample)}
         self.invariant = InvariantVerifier()
+        self.tree_verifier = TreeVerifier(self.config.tree_residual)
         self.rows: list[Request] = []  # in the target runner's row order
         self.waiting: deque[Request] = deque()
         self._lock = threading.Lock()
@@ -125,6 +128,7 @@ class Engine:
         self.config = config
         self.policy.enabled = config.load_policy
         self.verifiers["token"] = TokenVerifier(config.reject)
+        self.tree_verifier = TreeVerifier(config.tree_residual)
 
     # -- one request, start to end ---------------------------------------------------------------
 
@@ -137,8 +141,8 @@ class Engine:
         k is the number of tokens drafted per target pass, or "auto" to adapt it per request (see
         adaptive.py); `proposer` overrides the default one for this request; on_token(token_id,
         text_delta) is called for every emitted token; `verifier`: "token" (token by token) or
-        "block" (the drafted block judged jointly, block.py); `tree`: a node budget for tree drafting,
-        which is not built yet (0, a chain, is the only value accepted); `grammar`: a
+        "block" (the drafted block judged jointly, block.py); `tree`: a node budget per pass for tree
+        drafting (tree.py; 0: a chain; k bounds the depth); `grammar`: a
         constraints.GrammarSpec the output must match; `logprobs`: report each token's
         log-probability and that many alternatives (logprobs.py).
         """
@@ -161,6 +165,10 @@ class Engine:
         self.get_proposer(req.proposer)
         if req.verifier not in self.verifiers:
             raise InvalidParameter(f"verifier must be token or block, got {req.verifier!r}")
+        if req.tree and not getattr(self.target, "trees", False):
+            raise InvalidParameter(f"tree drafting needs tree attention in the target, and the "
+                                   f"{self.target.backend} target scores chains only: use tree 0, or a transformers "
+                                   f"target (a model directory, not a .gguf file)")
         req.check(self.target.max_context, self.grammars if req.grammar is not None else None)
 
     def grammars(self) -> GrammarCompiler:
@@ -228,9 +236,9 @@ class Engine:
         plans = self._plan(rows)
         proposals = self._propose(rows, plans)
         t1 = time.perf_counter()
-        logits = self.target.forward([[r.context[-1]] + p.tokens for r, p in zip(rows, proposals)])
+        logits = self._score(rows, proposals)
         verdicts = [self._verify(r, logits[b], proposals[b]) for b, r in enumerate(rows)]
-        self.target.rollback([len(p.tokens) - v.accepted for p, v in zip(proposals, verdicts)])
+        self._drop_rejected(proposals, verdicts)
         t2 = time.perf_counter()
         self._learn(rows, plans, proposals, verdicts, t1 - t0, t2 - t1)
         finished = [r for r, p, v in zip(rows, proposals, verdicts) if self._commit(r, p, v, t1 - t0, t2 - t1)]
@@ -238,9 +246,27 @@ class Engine:
 
     # -- pieces of the step ----------------------------------------------------------------------
 
+    def _score(self, rows: list[Request], proposals: list[Proposal]) -> list[torch.Tensor]:
+        """One target pass over every row's last token and its drafts; with any tree in the batch,
+        every row goes as a tree (a chain is a tree with one child per node)."""
+        feeds = [[r.context[-1]] + p.tokens for r, p in zip(rows, proposals)]
+        if all(p.parents is None for p in proposals):
+            return self.target.forward(feeds)
+        parents = [[-1] + ([p + 1 for p in proposal.parents] if proposal.parents is not None
+                           else list(range(len(proposal.tokens)))) for proposal in proposals]
+        return self.target.forward(feeds, parents=parents)
+
+    def _drop_rejected(self, proposals: list[Proposal], verdicts: list[Verdict]) -> None:
+        """The target's cache keeps each row's accepted drafts: a chain's prefix, a tree's path."""
+        if all(p.parents is None for p in proposals):
+            self.target.rollback([len(p.tokens) - v.accepted for p, v in zip(proposals, verdicts)])
+            return
+        self.target.prune([[0] + ([i + 1 for i in v.path] if v.path is not None else list(range(1, v.accepted + 1)))
+                           for v in verdicts])
+
     def _verify(self, r: Request, logits: torch.Tensor, proposal: Proposal) -> Verdict:
         """The row's rule on the row's shaped logits (verifier.verify_row)."""
-        return verify_row(r, logits, proposal, self.verifiers[r.verifier], self.invariant)
+        return verify_row(r, logits, proposal, self.verifiers[r.verifier], self.invariant, self.tree_verifier)
 
     def _admit(self) -> None:
         """Waiting requests join while there is room; requests with the same prompt are prefilled
@@ -315,10 +341,14 @@ class Engine:
         for b, r in enumerate(rows):
             groups.setdefault(r.proposer, []).append(b)
         for name, idx in groups.items():
-            proposals = self.proposers[name].propose(
-                [rows[b] for b in idx], [plans[b].k for b in idx], [plans[b].source for b in idx],
-                [rows[b].auto.min_confidence if rows[b].auto is not None else 0.0 for b in idx])
+            args = ([rows[b] for b in idx], [plans[b].k for b in idx], [plans[b].source for b in idx],
+                    [rows[b].auto.min_confidence if rows[b].auto is not None else 0.0 for b in idx])
+            nodes = [plans[b].nodes for b in idx]
+            proposals = self.proposers[name].propose(*args, nodes) if any(nodes) else self.proposers[name].propose(*args)
             for b, proposal in zip(idx, proposals):
+                if proposal.parents is not None:
+                    out[b] = self._trim(rows[b], proposal, len(rows))
+                    continue
                 k = plans[b].k
                 tokens = proposal.tokens[:k]
                 if rows[b].matcher is not None and proposal.probs is None:
@@ -330,25 +360,43 @@ class Engine:
                 out[b] = Proposal(tokens, probs, source, proposal.fed)
         return out
 
+    def _trim(self, r: Request, proposal: Proposal, batch: int) -> Proposal:
+        """A tree keeps its chain and the branches that pay for the wider pass at the measured
+        verify cost over this many rows (tree.trim; all of them until costs are measured)."""
+        known = self.config.cost_rule and bool(self.pass_costs.verify.points)
+        keep = trim(proposal.parents, proposal.shares or [1.0] * len(proposal.tokens), r.acceptance.conditional,
+                    (lambda w: self.pass_costs.verify_seconds(batch, w)) if known else None)
+        if len(keep) == len(proposal.tokens):
+            return proposal
+        tokens, parents = subtree(proposal.tokens, proposal.parents, keep)
+        probs = None if proposal.probs is None else proposal.probs[keep]
+        if all(parent == i - 1 for i, parent in enumerate(parents)):
+            return Proposal(tokens, probs, proposal.source, proposal.fed)
+        return Proposal(tokens, probs, proposal.source, proposal.fed, parents,
+                        [proposal.shares[i] for i in keep] if proposal.shares else None)
+
     def _learn(self, rows, plans, proposals, verdicts, draft_s: float, verify_s: float) -> None:
         """Book what this pass cost and what each row's drafts were worth (costs.py)."""
         costs = self.pass_costs
+        # A tree's branches cost no drafting steps (the draft's second choices come with its chain,
+        # a lookup's with its match): drafting is booked per chain token, the pass by its width.
         if len(rows) == 1:
             p = proposals[0]
             # A pass that first caught the draft model up on many tokens says little of what a
             # drafted token costs: only its verify time is kept.
-            costs.observe(p.source, 0 if p.caught_up else len(p.tokens), draft_s, 1 + len(p.tokens), verify_s)
+            costs.observe(p.source, 0 if p.caught_up else p.chain, draft_s, 1 + len(p.tokens), verify_s)
         else:
             costs.observe_batch(len(rows), 1 + max(len(p.tokens) for p in proposals), verify_s)
         model_rows = [p for p in proposals if p.source == "draft"]
         if model_rows and not any(p.caught_up for p in model_rows):
-            costs.draft.observe(len(model_rows), draft_s / max(len(p.tokens) for p in model_rows))
+            costs.draft.observe(len(model_rows), draft_s / max(p.chain for p in model_rows))
         elif len(model_rows) == 1 and len(rows) == 1:
             # One row caught up: what is left of the pass beyond its drafting steps is the catch-up.
             p = model_rows[0]
-            costs.observe_catch_up(p.fed, draft_s - (len(p.tokens) - 1) * costs.draft_step(1))
+            costs.observe_catch_up(p.fed, draft_s - (p.chain - 1) * costs.draft_step(1))
         for r, plan, p, v in zip(rows, plans, proposals, verdicts):
-            drafted = len(p.tokens)
+            # A tree counts by depth: position j is reached when its path got to depth j.
+            drafted = p.levels
             self.pooled(p.source).update(drafted, v.accepted, v.chances)
             r.acceptance.update(drafted, v.accepted, v.chances)
             if r.auto is not None and drafted:
@@ -357,7 +405,9 @@ class Engine:
     def _commit(self, r: Request, proposal: Proposal, verdict: Verdict, draft_s: float, verify_s: float) -> bool:
         """Book one verified pass for a row and emit its tokens; True when the request is finished."""
         r.stats.record_pass(len(proposal.tokens), verdict.accepted, draft_s, verify_s, verdict.chances,
-                            proposal.source)
+                            proposal.source, proposal.levels)
+        if proposal.parents is not None:
+            r.stats.record_tree(proposal.parents, verdict.path)
         emitted, done = r.commit(verdict.tokens, self.target.max_context)
         r.stats.steps.append(StepRecord(time.perf_counter() - r.submitted_at, len(proposal.tokens), verdict.accepted,
                                         len(emitted)))

@@ -24,6 +24,7 @@ HORIZON = 256
 class Plan:
     source: str | None  # k="auto": the source that drafts this pass
     k: int
+    nodes: int = 0  # a tree's node budget this pass (0: a chain of k)
 
 
 def plan_rows(rows, proposers: dict, policy: LoadPolicy, costs, k_max: int, limit: int) -> tuple[list[Plan], bool]:
@@ -47,13 +48,17 @@ def plan_rows(rows, proposers: dict, policy: LoadPolicy, costs, k_max: int, limi
         plans.append(Plan(source, min(k, r.room(limit))))
         wants.append(RowPlan(plans[-1].k, acceptance, model, proposer.behind(r) if model and k else 0))
     cap = policy.cap(wants)
-    for plan, want in zip(plans, wants):
+    for r, plan, want in zip(rows, plans, wants):
+        wanted = plan.k
         plan.k = 0 if policy.probing and want.behind > PROBE_BEHIND else min(plan.k, cap)
+        # A tree is k levels deep; where the load cap cut k its budget shrinks in proportion.
+        if r.tree and plan.k:
+            plan.nodes = max(plan.k, -(-r.tree * plan.k // max(wanted, 1)))
     alone = rows[0]
     if len(rows) == 1 and alone.auto is not None and costs is not None and wants[0].behind > PROBE_BEHIND \
             and plans[0].k:
         if not catch_up_pays(costs, wants[0], plans[0].k, alone.params.max_new_tokens - len(alone.generated)):
-            plans[0].k = 0
+            plans[0].k = plans[0].nodes = 0
     return plans, any(w.wanted for w in wants)
 
 

@@ -16,6 +16,7 @@ from .logprobs import check_logprobs
 from .sampling import InvalidParameter, SamplingParams
 from .stats import GenerationStats
 from .textstream import OnToken, TextStream
+from .tree import path_to
 
 _ids = itertools.count(1)
 
@@ -41,7 +42,7 @@ class Request:
     on_step: OnStep | None = None
     on_token: OnToken | None = None  # per emitted token (token id, text that became final)
     verifier: str = "token"  # token | block (block.py)
-    tree: int = 0  # node budget for tree drafting; not built yet, so only 0 (a chain) is accepted
+    tree: int = 0  # node budget per pass for tree drafting (tree.py); 0: a chain of k drafts
     tenant: str | None = None  # the suffix proposer's memory this request reads and feeds (None: shared)
     remember: bool = True  # False: this request neither reads nor feeds any suffix memory
     grammar: GrammarSpec | None = None  # what the output must match (constraints.py)
@@ -82,9 +83,10 @@ class Request:
         """Raise RequestError/InvalidParameter if this request can never run (grammars(): the
         engine's grammar compiler, for a request with a grammar)."""
         check_k(self.k)
-        if self.tree != 0:
-            raise InvalidParameter(f"tree drafting is not built yet: tree must be 0 (a chain of drafts), got "
-                                   f"{self.tree!r}")
+        check_tree(self.tree)
+        if self.tree and self.verifier != "token":
+            raise InvalidParameter(f"a tree is walked with the multi-candidate token rule: verifier "
+                                   f"{self.verifier!r} judges one chain; use tree=0 with it, or verifier 'token'")
         check_logprobs(self.logprobs, self.logprobs_mode)
         if self.grammar is not None:
             grammars().check(self.grammar)
@@ -124,10 +126,14 @@ class Request:
             logits = apply_mask(logits, self.matcher.allowed(extra))
         return logits
 
-    def shape(self, logits: torch.Tensor, drafts: list[int]) -> torch.Tensor:
-        """Logits [n, V]: row j is the position after the context plus drafts[:j]."""
+    def shape(self, logits: torch.Tensor, drafts: list[int], parents: list[int] | None = None) -> torch.Tensor:
+        """Logits [n, V]: row j is the position after the context plus drafts[:j], or for a tree
+        (parents, tree.py) row 0 the root's and row i + 1 the position after the path to node i."""
         if not self.shaped:
             return logits
+        if parents is not None:
+            paths = [[]] + [[drafts[n] for n in path_to(parents, i)] for i in range(len(drafts))]
+            return torch.stack([self.shape_at(logits[j], paths[j]) for j in range(logits.shape[0])])
         return torch.stack([self.shape_at(logits[j], list(drafts[:j])) for j in range(logits.shape[0])])
 
     def start(self, tokenizer, eos_ids: frozenset[int], prior, vocab: int, deterministic_proposer: bool,
@@ -221,3 +227,12 @@ class Request:
 def check_k(k) -> None:
     if k != "auto" and (not isinstance(k, int) or isinstance(k, bool) or k < 0):
         raise InvalidParameter(f"k must be an integer >= 0 (tokens drafted per step) or 'auto', got {k!r}")
+
+
+MAX_TREE = 64  # nodes per pass a request may ask for: wider passes stop being nearly free anywhere
+
+
+def check_tree(tree) -> None:
+    if not isinstance(tree, int) or isinstance(tree, bool) or not 0 <= tree <= MAX_TREE:
+        raise InvalidParameter(f"tree is the node budget per pass, an integer in [0, {MAX_TREE}] (0: a chain), "
+                               f"got {tree!r}")

@@ -33,6 +33,10 @@ class GenerationStats:
     # Source -> [passes, drafted, accepted]: the draft model, the lookup's match lengths (ngram3/2/1),
     # or none (a pass that drafted nothing).
     by_source: dict[str, list[int]] = field(default_factory=dict)
+    # Tree passes (tree.py): passes, nodes scored, accepted path tokens, and which candidate won at
+    # each accepted node: the first child of its parent (what a chain would have drafted) or another.
+    tree: dict[str, int] = field(default_factory=lambda: {"passes": 0, "nodes": 0, "accepted": 0,
+                                                           "first_candidate": 0, "other_candidate": 0})
     prefill_s: float = 0.0
     draft_s: float = 0.0
     verify_s: float = 0.0
@@ -42,9 +46,11 @@ class GenerationStats:
     steps: list[StepRecord] = field(default_factory=list)
 
     def record_pass(self, drafted: int, accepted: int, draft_s: float, verify_s: float,
-                    chances: Sequence[float] = (), source: str | None = None) -> None:
+                    chances: Sequence[float] = (), source: str | None = None, levels: int | None = None) -> None:
         """One verification pass that checked `drafted` tokens and accepted `accepted`; chances:
-        each draft's min(1, p/q), when known; source: the proposer that drafted them."""
+        each draft's min(1, p/q), when known; source: the proposer that drafted them; levels: the
+        positions they covered (a tree's depth; a chain's is its length), which the per-position
+        counts are kept by."""
         if source is not None:
             counts = self.by_source.setdefault(source, [0, 0, 0])
             counts[0] += 1
@@ -55,6 +61,8 @@ class GenerationStats:
         self.target_passes += 1
         self.drafted_tokens += drafted
         self.accepted_tokens += accepted
+        if levels is not None:
+            drafted = levels
         while len(self.drafted_per_position) < drafted:
             self.drafted_per_position.append(0)
             self.accepted_per_position.append(0)
@@ -65,6 +73,16 @@ class GenerationStats:
             self.accepted_per_position[i] += int(i < accepted)
             reach *= chances[i] if len(chances) == drafted else float(i < accepted)
             self.expected_per_position[i] += reach
+
+    def record_tree(self, parents: Sequence[int], path: Sequence[int]) -> None:
+        """One tree pass: its nodes, and the candidate rank of each accepted node among its siblings."""
+        t = self.tree
+        t["passes"] += 1
+        t["nodes"] += len(parents)
+        t["accepted"] += len(path)
+        for node in path:
+            first = next(i for i, parent in enumerate(parents) if parent == parents[node])
+            t["first_candidate" if first == node else "other_candidate"] += 1
 
     def as_dict(self) -> dict:
         decode_s = self.total_s - self.ttft_s
@@ -83,6 +101,7 @@ class GenerationStats:
             "accepted_per_position": list(self.accepted_per_position),
             "expected_per_position": list(self.expected_per_position),
             "by_source": {s: list(c) for s, c in self.by_source.items()},
+            "tree": dict(self.tree),
             "tokens_per_s": self.new_tokens / self.total_s if self.total_s > 0 else 0.0,
             "decode_tokens_per_s": (self.new_tokens - 1) / decode_s if decode_s > 0 and self.new_tokens > 1 else 0.0,
             "ttft_s": self.ttft_s,

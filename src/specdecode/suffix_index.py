@@ -137,32 +137,9 @@ class SuffixIndex:
         probability falls below min_prob."""
         if max_len <= 0 or not context:
             return Match(0)
-        if len(context) >= 2:
-            found = self.pairs.get((int(context[-2]), int(context[-1])))
-            matched = 2
-        else:
-            found = None
-        if not found:
-            found, matched = self.singles.get(int(context[-1])), 1
-        if not found:
+        best, cand = self._longest(context)
+        if cand is None:
             return Match(0)
-        cand = np.asarray(found[-MAX_CANDIDATES:], dtype=np.int64)
-        cand = cand[(self.doc[cand - 1] >= 0) & (cand < self.n) & (self.buf[cand] != SEPARATOR)]
-        if cand.size == 0:
-            return Match(0)
-        lengths = np.full(cand.size, matched, dtype=np.int64)
-        alive = np.ones(cand.size, dtype=bool)
-        tail = np.asarray(context[-MAX_MATCH:], dtype=np.int64)
-        for j in range(matched, len(tail)):
-            at = cand - 1 - j
-            ok = alive & (at >= 0)
-            ok[ok] = self.buf[at[ok]] == tail[-1 - j]
-            alive &= ok
-            if not alive.any():
-                break
-            lengths += alive
-        best = int(lengths.max())
-        cand = cand[lengths == best]
         budget = min(max_len, int(factor * best + offset))
         out = Match(best)
         path = 1.0
@@ -189,6 +166,52 @@ class SuffixIndex:
         if out.tokens:
             self._touch(cand)
         return out
+
+    def continuations(self, context: list[int], length: int) -> list[list[int]]:
+        """What followed each occurrence of the longest match of context's suffix (up to `length`
+        tokens each, stopping at a sequence's end), most recent first: a tree proposal merges them."""
+        best, cand = self._longest(context)
+        if cand is None or length <= 0:
+            return []
+        out = []
+        for start in cand[::-1].tolist():
+            cont = self.buf[start: min(start + length, self.n)].tolist()
+            if SEPARATOR in cont:
+                cont = cont[: cont.index(SEPARATOR)]
+            out.append(cont)
+        return out
+
+    def _longest(self, context: list[int]) -> tuple[int, np.ndarray | None]:
+        """(match length, positions that follow the occurrences sharing the longest match of the
+        context's suffix); (0, None) when there is none."""
+        if not context:
+            return 0, None
+        if len(context) >= 2:
+            found = self.pairs.get((int(context[-2]), int(context[-1])))
+            matched = 2
+        else:
+            found = None
+        if not found:
+            found, matched = self.singles.get(int(context[-1])), 1
+        if not found:
+            return 0, None
+        cand = np.asarray(found[-MAX_CANDIDATES:], dtype=np.int64)
+        cand = cand[(self.doc[cand - 1] >= 0) & (cand < self.n) & (self.buf[cand] != SEPARATOR)]
+        if cand.size == 0:
+            return 0, None
+        lengths = np.full(cand.size, matched, dtype=np.int64)
+        alive = np.ones(cand.size, dtype=bool)
+        tail = np.asarray(context[-MAX_MATCH:], dtype=np.int64)
+        for j in range(matched, len(tail)):
+            at = cand - 1 - j
+            ok = alive & (at >= 0)
+            ok[ok] = self.buf[at[ok]] == tail[-1 - j]
+            alive &= ok
+            if not alive.any():
+                break
+            lengths += alive
+        best = int(lengths.max())
+        return best, cand[lengths == best]
 
     def _touch(self, positions: np.ndarray) -> None:
         """The sequences that supplied a continuation are the most recently useful."""

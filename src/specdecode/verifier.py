@@ -1,7 +1,8 @@
 """Verification: from the target's logits over a row's last token and its drafts to what it emits.
 
-Two rules: the standard rejection step (TokenVerifier) and the drafter-invariant one
-(InvariantVerifier, invariant.py), chosen per request.
+Three rules: the standard rejection step over a chain (TokenVerifier, token by token or the block
+rule), the drafter-invariant one (InvariantVerifier, invariant.py), chosen per request, and the
+multi-candidate walk over a tree of drafts (TreeVerifier, tree.py).
 
 The rule is `rejection.rejection_sample` (exact: the emitted tokens follow the target's p); the
 engine takes the function at construction, so that `verify --naive` and the negative controls can
@@ -20,6 +21,7 @@ from .invariant import gumbel_argmax
 from .logprobs import logprob_rows, pick
 from .rejection import rejection_sample
 from .sampling import SamplingParams, probs_from_logits
+from .tree import Residual, exact_residual, walk, walk_invariant
 
 RejectFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]  # rejection_sample's signature
 
@@ -31,6 +33,7 @@ class Verdict:
     # Each draft's chance of acceptance min(1, p/q), which k=auto and `tune` learn from (see
     # stats.GenerationStats.expected_per_position).
     chances: list[float]
+    path: list[int] | None = None  # a tree's accepted nodes, root to leaf (None: a chain's prefix)
 
 
 class TokenVerifier:
@@ -81,13 +84,45 @@ class InvariantVerifier:
         return Verdict(tokens, accepted, chances)
 
 
+class TreeVerifier:
+    """A tree of drafts walked from the root with the multi-candidate rule (tree.py)."""
+
+    name = "tree"
+
+    def __init__(self, residual: Residual = exact_residual):
+        self.residual = residual
+
+    def __call__(self, logits: torch.Tensor, proposal: Proposal, params: SamplingParams,
+                 generator: torch.Generator | None, noise=None) -> Verdict:
+        """logits [1 + nodes, V]: the target at the row's last token and at each node; noise(d):
+        the Gumbel noise of the d-th new position for a drafter-invariant row (None: the rule)."""
+        p = probs_from_logits(logits, params)
+        if noise is not None:
+            tokens, path = walk_invariant(proposal.tokens, proposal.parents, p,
+                                          lambda probs, depth: gumbel_argmax(probs, noise(depth)))
+        else:
+            tokens, path = walk(proposal.tokens, proposal.parents, proposal.probs, p, generator, self.residual)
+        return Verdict(tokens, len(path), [], path)
+
+
 def verify_row(r, logits: torch.Tensor, proposal: Proposal, verifier: TokenVerifier,
-               invariant: InvariantVerifier) -> Verdict:
+               invariant: InvariantVerifier, tree: TreeVerifier | None = None) -> Verdict:
     """One row of a pass: its penalties, bias and grammar shape every position first, by the text
     before it (as the draft's q was shaped: request.Request.shape); then the drafter-invariant rule
     with the noise of its positions, or the token-level / block rejection step with the row's own
     generator; the emitted tokens' logprobs are read from the same rows (logprobs.py)."""
     raw = logits[: len(proposal.tokens) + 1]
+    if proposal.parents is not None:
+        # Each node is shaped by the text on its own path.
+        shaped = r.shape(raw, proposal.tokens, proposal.parents)
+        start = len(r.context)
+        verdict = (tree or TreeVerifier())(shaped, proposal, r.params, r.generator,
+                                           (lambda d: r.noise(start + d)) if r.invariant else None)
+        if r.logprobs is not None:
+            rows = [0] + [i + 1 for i in verdict.path]
+            r.pending_logprobs = pick(logprob_rows(raw[rows], shaped[rows], r.params, r.logprobs_mode),
+                                      verdict.tokens, r.logprobs)
+        return verdict
     shaped = r.shape(raw, proposal.tokens)
     if r.invariant:
         start = len(r.context)

@@ -20,6 +20,7 @@ class BatchRunner:
     """Runner over a transformers model (any dtype, int8 included): one DynamicCache for all rows."""
 
     backend = "torch"
+    trees = True  # forward() takes a tree of tokens per row (tree attention) and prune() keeps a path
 
     def __init__(self, model: PreTrainedModel, prefix_cache: int = 0):
         """prefix_cache: tokens of recent prompts whose KV is kept for prompts that start alike (0: off;
@@ -37,6 +38,7 @@ class BatchRunner:
         # capping) go the plain way.
         self._split_head = (hasattr(model, "get_decoder") and model.get_output_embeddings() is not None
                             and getattr(model.config, "final_logit_softcapping", None) is None)
+        self._tree_pass = None  # (first fed column, feed lengths, positions before) until prune()
         self.prefix_cache = None
         if prefix_cache and all(type(layer) is DynamicLayer for layer in DynamicCache(config=model.config).layers):
             self.prefix_cache = PrefixCache(prefix_cache)
@@ -50,9 +52,15 @@ class BatchRunner:
         return int(self.pos[row])
 
     @torch.inference_mode()
-    def forward(self, feeds: list[list[int]], last_only: bool = False) -> list[torch.Tensor]:
+    def forward(self, feeds: list[list[int]], last_only: bool = False,
+                parents: list[list[int]] | None = None) -> list[torch.Tensor]:
+        """parents (tree attention): parents[b][j] is the index in feeds[b] of the token that feed
+        token j follows, -1 for one that follows the row's cache; None: every feed is a chain.
+        After a tree pass, `prune` says which fed tokens the row keeps."""
         if len(feeds) != self.rows:
             raise ValueError(f"expected {self.rows} rows, got {len(feeds)}")
+        if parents is not None:
+            return self._forward_tree(feeds, parents)
         lengths = torch.tensor([len(r) for r in feeds], dtype=torch.long)
         width = int(lengths.max()) if len(feeds) else 0
         if width == 0:
@@ -90,6 +98,59 @@ class BatchRunner:
         if last_only:
             return [logits[b] if n else logits[b, :0] for b, n in enumerate(lengths.tolist())]
         return [logits[b, :n] for b, n in enumerate(lengths.tolist())]
+
+    def _forward_tree(self, feeds: list[list[int]], parents: list[list[int]]) -> list[torch.Tensor]:
+        """Every row's feed as a tree: a token sees the row's valid cache columns, its ancestors and
+        itself, at the position of its depth (one 4D mask; the model's causal mask is not built)."""
+        lengths = [len(r) for r in feeds]
+        width = max(lengths, default=0)
+        if width == 0:
+            return [torch.zeros((0, self.vocab_size)) for _ in feeds]
+        B = len(feeds)
+        ids = torch.zeros((B, width), dtype=torch.long)
+        sees = torch.zeros((B, width, width), dtype=torch.bool)
+        depth = torch.zeros((B, width), dtype=torch.long)
+        for b, (feed, up) in enumerate(zip(feeds, parents)):
+            if len(up) != len(feed):
+                raise ValueError(f"row {b}: {len(feed)} tokens but {len(up)} parents")
+            ids[b, : len(feed)] = torch.tensor(feed, dtype=torch.long)
+            for j, parent in enumerate(up):
+                if not -1 <= parent < j:
+                    raise ValueError(f"row {b}: token {j}'s parent must be an earlier token or -1, got {parent}")
+                if parent >= 0:
+                    sees[b, j] = sees[b, parent]
+                    depth[b, j] = depth[b, parent] + 1
+                sees[b, j, j] = True
+            # A padding query sees itself, as in the chain path: never a softmax over nothing.
+            sees[b].diagonal().fill_(True)
+        new_valid = torch.arange(width).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
+        mask = torch.cat([self.valid.unsqueeze(1).expand(B, width, self.valid.shape[1]), sees], dim=2).unsqueeze(1)
+        if getattr(self.model.config, "_attn_implementation", "sdpa") != "sdpa":
+            # eager attention adds the mask to its scores
+            dtype = next(self.model.parameters()).dtype
+            mask = torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, torch.finfo(dtype).min)
+        logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                            position_ids=(self.pos.unsqueeze(1) + depth).to(self.device), past_key_values=self.cache,
+                            use_cache=True).logits.float()
+        self._tree_pass = (self.valid.shape[1], torch.tensor(lengths), self.pos.clone())
+        self.valid = torch.cat([self.valid, new_valid], dim=1)
+        self.pos = self.pos + torch.tensor(lengths)
+        return [logits[b, :n] for b, n in enumerate(lengths)]
+
+    @torch.inference_mode()
+    def prune(self, keep: list[list[int]]) -> None:
+        """After a tree pass: row b keeps the fed tokens keep[b] (indices into its feed, a path from
+        its first token down), the others are dropped."""
+        if self._tree_pass is None:
+            raise RuntimeError("prune() follows a forward() with parents")
+        start, lengths, pos = self._tree_pass
+        self._tree_pass = None
+        for b, kept in enumerate(keep):
+            drop = torch.ones(int(lengths[b]), dtype=torch.bool)
+            drop[list(kept)] = False
+            self.valid[b, start: start + int(lengths[b])] &= ~drop
+            self.pos[b] = pos[b] + len(kept)
+        self._release_columns()
 
     @torch.inference_mode()
     def rollback(self, drop: list[int] | torch.Tensor) -> None:

@@ -8,6 +8,7 @@ from typing import Protocol
 import torch
 
 from ..sampling import SamplingParams
+from ..tree import chain_length, depths
 
 
 class Row(Protocol):
@@ -21,6 +22,7 @@ class Row(Protocol):
     invariant: bool  # drafter-invariant sampling: draft the Gumbel-max token of noise(position)
     tenant: str | None  # whose memory of earlier outputs a suffix proposer may use (None: the shared one)
     remember: bool  # False: no memory of earlier outputs is read or fed for this row
+    tree: int  # node budget for tree drafting (0: a chain)
 
     shaped: bool  # its logits depend on the text so far (penalties, logit bias, a grammar)
 
@@ -43,6 +45,23 @@ class Proposal:
     # Context tokens processed before the first draft (a draft model catching up on what the
     # lookup drafted or plain passes emitted): a cost of the switch, not of each drafted token.
     fed: int = 1
+    # A tree (tree.py): each token's parent, an earlier index or -1 for the row's last context
+    # token; None: a chain. The leading chain comes first, then the branches. probs then holds one
+    # row per node (one-hot for a deterministic node), and shares each node's estimated fraction of
+    # its parent's continuations, which tree.trim weighs against the pass's cost.
+    parents: list[int] | None = None
+    shares: list[float] | None = None
+
+    @property
+    def chain(self) -> int:
+        """Leading tokens that form a chain (all of them for a chain proposal): the drafting
+        steps a draft model took."""
+        return chain_length(self.parents, len(self.tokens))
+
+    @property
+    def levels(self) -> int:
+        """Draft positions the proposal covers: a chain's length, a tree's depth."""
+        return len(self.tokens) if self.parents is None else max(depths(self.parents), default=-1) + 1
 
     @property
     def caught_up(self) -> bool:
@@ -85,9 +104,10 @@ class Proposer(Protocol):
         row it has not seen, or what it missed while the row was not drafting); 0 for lookups."""
 
     def propose(self, rows: list[Row], ks: list[int], sources: list[str | None],
-                min_confidence: list[float]) -> list[Proposal]:
+                min_confidence: list[float], nodes: list[int] | None = None) -> list[Proposal]:
         """Up to ks[i] tokens following rows[i].context, from sources[i] (None: the proposer's own
-        choice)."""
+        choice); with nodes[i] > 0 a tree of at most that many nodes and ks[i] levels may come back
+        (a proposer that cannot branch returns its chain)."""
 
 
 class Stateless:

@@ -90,8 +90,10 @@ class DraftModelProposer:
 
     # -- drafting --------------------------------------------------------------------------------
 
-    def propose(self, rows, ks, sources=None, min_confidence=None) -> list[Proposal]:
+    def propose(self, rows, ks, sources=None, min_confidence=None, nodes=None) -> list[Proposal]:
         confidence = min_confidence or [0.0] * len(rows)
+        nodes = nodes or [0] * len(rows)
+        branches: dict[int, list[tuple[int, int, float]]] = {}  # row -> (depth, token, share)
         out = [Proposal(tokens=[]) for _ in rows]
         active = [i for i, k in enumerate(ks) if k > 0]
         if not active:
@@ -132,8 +134,12 @@ class DraftModelProposer:
                 row, state = rows[i], self.state[rows[i].id]
                 state.cached.extend(feeds[b])
                 noise = row.noise(len(row.context) + len(out[i].tokens)) if row.invariant else None
-                token, q, sure = next_draft(self._shape(row, logits[b][-1], out[i].tokens), row.params,
-                                            row.generator, self.target_vocab, confidence[i], noise)
+                shaped = self._shape(row, logits[b][-1], out[i].tokens)
+                token, q, sure = next_draft(shaped, row.params, row.generator, self.target_vocab, confidence[i], noise)
+                if nodes[i] > k + len(branches.get(i, ())):
+                    alternative = second_choice(shaped, q, token)
+                    if alternative is not None:
+                        branches.setdefault(i, []).append((len(out[i].tokens), *alternative))
                 out[i].tokens.append(token)
                 if q is not None:
                     probs[i].append(q)
@@ -141,6 +147,8 @@ class DraftModelProposer:
         for i in active:
             if probs[i]:
                 out[i].probs = torch.stack(probs[i])
+            if branches.get(i):
+                add_branches(out[i], branches[i], self.target_vocab)
         return out
 
     @staticmethod
@@ -187,6 +195,41 @@ def next_draft(logits: torch.Tensor, params: SamplingParams, generator: torch.Ge
         token = gumbel_argmax(q, noise) if noise is not None else int(sample_from(q, generator))
     sure = min_confidence <= 0 or float(torch.softmax(logits.float(), -1).max()) >= min_confidence
     return token, q, sure
+
+
+# The draft branches where it is unsure: its second choice becomes a sibling of the drafted token
+# where the drafted token has less than BRANCH_BELOW of the draft's mass and the second at least
+# BRANCH_ABOVE (a sibling the draft gives almost nothing is almost never what the target picks).
+BRANCH_BELOW = 0.8
+BRANCH_ABOVE = 0.05
+
+
+def second_choice(logits: torch.Tensor, q: torch.Tensor | None, token: int) -> tuple[int, float] | None:
+    """(token, its share) of the draft's most likely token other than the drafted one, where the
+    draft is unsure; None where it is sure. The choice depends only on the draft's distribution
+    and the drafted token, so as a deterministic candidate tried after it the walk stays exact."""
+    dist = q if q is not None else torch.softmax(logits.float(), -1)
+    if float(dist[token]) >= BRANCH_BELOW:
+        return None
+    rest = dist.clone()
+    rest[token] = -1.0
+    alternative = int(rest.argmax())
+    share = float(dist[alternative])
+    return (alternative, share) if share >= BRANCH_ABOVE else None
+
+
+def add_branches(proposal: Proposal, branches: list[tuple[int, int, float]], vocab: int) -> None:
+    """The drafted chain plus each second choice as a leaf beside the chain's token at its depth
+    (one-hot q: it was chosen, not sampled)."""
+    chain = len(proposal.tokens)
+    branches = [b for b in branches if b[0] < chain]
+    proposal.parents = list(range(-1, chain - 1)) + [depth - 1 for depth, _, _ in branches]
+    proposal.shares = [1.0] * chain + [share for _, _, share in branches]
+    proposal.tokens = proposal.tokens + [token for _, token, _ in branches]
+    if proposal.probs is not None:
+        one_hot = torch.zeros((len(branches), vocab), dtype=proposal.probs.dtype)
+        one_hot[torch.arange(len(branches)), torch.tensor([t for _, t, _ in branches])] = 1.0
+        proposal.probs = torch.cat([proposal.probs, one_hot])
 
 
 def check_context_window(window: int | None) -> None:

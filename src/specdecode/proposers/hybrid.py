@@ -47,17 +47,20 @@ class HybridProposer:
         """How many tokens each source could draft now: the lookup's match, the model's k."""
         return {**self.lookup.reach(row, k), "draft": k}
 
-    def propose(self, rows, ks, sources, min_confidence) -> list[Proposal]:
+    def propose(self, rows, ks, sources, min_confidence, nodes=None) -> list[Proposal]:
+        """Each row's tree (nodes > 0) comes from the source that drafts it: the lookup's trie of
+        its matches where it has one, the draft model's branches elsewhere."""
+        nodes = nodes or [0] * len(rows)
         out: list[Proposal | None] = [None] * len(rows)
         asked = [i for i, source in enumerate(sources) if source != "draft"]
         found = self.lookup.propose([rows[i] for i in asked], [ks[i] for i in asked], [sources[i] for i in asked],
-                                    [min_confidence[i] for i in asked])
+                                    [min_confidence[i] for i in asked], [nodes[i] for i in asked])
         for i, proposal in zip(asked, found):
             if proposal.tokens or sources[i] is not None:
                 out[i] = proposal
         rest = [i for i, p in enumerate(out) if p is None]
         drafted = self.draft.propose([rows[i] for i in rest], [ks[i] for i in rest], [None] * len(rest),
-                                     [min_confidence[i] for i in rest])
+                                     [min_confidence[i] for i in rest], [nodes[i] for i in rest])
         for i, proposal in zip(rest, drafted):
             out[i] = proposal
         return out

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..tree import chain_length, trie
 from .base import Proposal, Stateless
+
+# Occurrences of the matched suffix whose continuations a tree merges (the most recent ones).
+MAX_OCCURRENCES = 64
 
 
 class NgramProposer(Stateless):
@@ -34,8 +38,22 @@ class NgramProposer(Stateless):
         n, tokens = match(np.asarray(row.context, dtype=np.int64), k, self.max_n, self.min_n)
         return {source: len(tokens) if source == f"ngram{n}" else 0 for source in self.sources}
 
-    def propose(self, rows, ks, sources=None, min_confidence=None) -> list[Proposal]:
-        return [self.lookup(row.context, k) for row, k in zip(rows, ks)]
+    def propose(self, rows, ks, sources=None, min_confidence=None, nodes=None) -> list[Proposal]:
+        nodes = nodes or [0] * len(rows)
+        return [self.lookup(row.context, k) if not budget else self.lookup_tree(row.context, k, budget)
+                for row, k, budget in zip(rows, ks, nodes)]
+
+    def lookup_tree(self, context: list[int], k: int, budget: int) -> Proposal:
+        """Every earlier occurrence of the longest matching suffix (the latest MAX_OCCURRENCES),
+        their continuations merged into a tree: the most frequent path first (tree.trie)."""
+        seq = np.asarray(context, dtype=np.int64)
+        n, starts = occurrences(seq, k, self.max_n, self.min_n)
+        if not starts:
+            return Proposal(tokens=[])
+        tokens, parents, shares = trie([seq[s: s + k].tolist() for s in starts], k, budget)
+        tree = chain_length(parents, len(tokens)) < len(tokens)
+        return Proposal(tokens=tokens, source=f"ngram{n}", parents=parents if tree else None,
+                        shares=shares if tree else None)
 
     def lookup(self, context: list[int], k: int) -> Proposal:
         n, tokens = match(np.asarray(context, dtype=np.int64), k, self.max_n, self.min_n)
@@ -49,6 +67,14 @@ def lookup(seq: np.ndarray, k: int, max_n: int, min_n: int) -> list[int]:
 def match(seq: np.ndarray, k: int, max_n: int, min_n: int) -> tuple[int, list[int]]:
     """(n, tokens): the longest suffix (n tokens, max_n..min_n) seen earlier, and up to k tokens that
     followed its latest occurrence; (0, []) when there is none."""
+    n, starts = occurrences(seq, k, max_n, min_n, limit=1)
+    return (n, seq[starts[0]: starts[0] + k].tolist()) if starts else (0, [])
+
+
+def occurrences(seq: np.ndarray, k: int, max_n: int, min_n: int,
+                limit: int = MAX_OCCURRENCES) -> tuple[int, list[int]]:
+    """(n, starts): the longest suffix (n tokens, max_n..min_n) seen earlier, and where the tokens
+    that followed its latest `limit` occurrences begin, most recent first; (0, []) when none."""
     if k <= 0:
         return 0, []
     L = len(seq)
@@ -58,6 +84,5 @@ def match(seq: np.ndarray, k: int, max_n: int, min_n: int) -> tuple[int, list[in
         windows = np.lib.stride_tricks.sliding_window_view(seq[: L - 1], n)
         hits = np.flatnonzero((windows == pattern).all(axis=1))
         if hits.size:
-            start = int(hits[-1]) + n
-            return n, seq[start : start + k].tolist()
+            return n, [int(h) + n for h in hits[::-1][:limit]]
     return 0, []

@@ -29,6 +29,7 @@ import contextlib
 from collections import OrderedDict
 
 from ..suffix_index import Match, SuffixIndex
+from ..tree import chain_length, trie
 from .base import Proposal
 
 BANDS = (16, 8, 4, 2, 1)
@@ -136,16 +137,31 @@ class SuffixProposer:
             reach[band(match.length)] = len(match.tokens)
         return reach
 
-    def propose(self, rows, ks, sources=None, min_confidence=None) -> list[Proposal]:
+    def propose(self, rows, ks, sources=None, min_confidence=None, nodes=None) -> list[Proposal]:
         out = []
-        for row, k in zip(rows, ks):
+        for row, k, budget in zip(rows, ks, nodes or [0] * len(rows)):
             match, from_memory = self._lookup(row, k)
             if k > 0:
                 self.counters["lookups"] += 1
                 if match.tokens:
                     self.counters["memory_hits" if from_memory else "own_hits"] += 1
-            out.append(Proposal(tokens=match.tokens[:k], source=band(match.length) if match.tokens else None))
+            source = band(match.length) if match.tokens else None
+            if budget and match.tokens:
+                out.append(self._tree(row, match, from_memory, k, budget, source))
+            else:
+                out.append(Proposal(tokens=match.tokens[:k], source=source))
         return out
+
+    def _tree(self, row, match: Match, from_memory: bool, k: int, budget: int, source: str) -> Proposal:
+        """The continuations of every occurrence of the match, in the index it came from, merged
+        into a tree no deeper than the chain the lookup found (its length already follows the
+        match length and the path's estimated probability)."""
+        index = self.memory(row.tenant) if from_memory else self._own(row)
+        depth = min(k, len(match.tokens))
+        tokens, parents, shares = trie(index.continuations(row.context, depth), depth, budget)
+        if chain_length(parents, len(tokens)) == len(tokens):
+            return Proposal(tokens=match.tokens[:k], source=source)
+        return Proposal(tokens=tokens, source=source, parents=parents, shares=shares)
 
     def _own(self, row) -> SuffixIndex:
         """The row's own index, brought up to date with its context."""
