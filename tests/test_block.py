@@ -186,8 +186,8 @@ def test_engine_block_verifier_is_exact_greedy_and_per_request(small_draft_gen, 
             assert out.token_ids == plain, (proposer, k)
     with pytest.raises(ValueError, match="verifier must be token or block"):
         small_draft_gen.generate("x", greedy, verifier="tree")
-    with pytest.raises(ValueError, match="tree drafting is not built"):
-        small_draft_gen.generate("x", greedy, tree=8)
+    with pytest.raises(ValueError, match="a tree is walked with the multi-candidate token rule"):
+        small_draft_gen.generate("x", greedy, tree=8, verifier="block")
 
 
 def test_engine_block_joint_distribution(near_draft_gen, target_model):

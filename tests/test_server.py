@@ -156,7 +156,8 @@ def test_chat_streaming_and_not(server):
     ({"prompt": "x", "speculative": {"proposer": "medusa"}}, 400, "proposer"),
     ({"prompt": "x", "speculative": {"proposer": "lookahead"}}, 400, "proposer"),
     ({"prompt": "x", "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools is not supported"),
-    ({"prompt": "x", "speculative": {"tree": 8}}, 400, "tree drafting is not built"),
+    ({"prompt": "x", "speculative": {"tree": 99}}, 400, "tree is the node budget per pass"),
+    ({"prompt": "x", "speculative": {"tree": 8, "verifier": "block"}}, 400, "walked with the multi-candidate"),
     ({"prompt": "x", "speculative": {"k": -2}}, 400, "k must be"),
     ({"prompt": "x" * 3000}, 400, "context"),
     ({"prompt": ""}, 400, "empty"),
@@ -182,6 +183,25 @@ def test_fields_that_change_nothing_are_accepted_and_every_proposer_serves(serve
                   {"speculative": {"proposer": "hybrid", "k": "auto"}}):
         r = httpx.post(f"{base}/v1/completions", json={"prompt": "abab", "max_tokens": 4, **extra}, timeout=60)
         assert r.status_code == 200, (extra, r.text)
+
+
+def test_a_tree_request_through_the_openai_client(server):
+    """speculative.tree: greedy output equals plain decoding's, and the tree's stats come back."""
+    import openai
+
+    base, _ = server
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="none", max_retries=0)
+    prompt = "abcabcabdabcab"
+    outs = {}
+    for tree in (0, 8):
+        r = client.completions.create(model=MODEL, prompt=prompt, max_tokens=16, temperature=0.0,
+                                      extra_body={"ignore_eos": True,
+                                                  "speculative": {"proposer": "ngram", "k": 3, "tree": tree}})
+        outs[tree] = r
+    assert outs[8].choices[0].text == outs[0].choices[0].text
+    stats = outs[8].model_extra["speculative"]
+    assert "tree" not in outs[0].model_extra["speculative"]
+    assert stats["tree"]["passes"] > 0 and stats["tree"]["nodes"] >= stats["tree"]["passes"]
 
 
 def test_disconnect_mid_stream_frees_the_slot(twin_gen):

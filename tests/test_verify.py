@@ -44,3 +44,18 @@ def test_verify_rejects_greedy(monkeypatch, capsys, tiny_dirs):
     except SystemExit as exc:
         assert exc.code == 2
     assert "use --temperature > 0" in capsys.readouterr().err
+
+
+def test_verify_passes_with_block_verification_and_with_trees(monkeypatch, capsys, tiny_dirs):
+    # top-k 3: the tiny draft is then unsure between a few tokens, and branches on its second choice.
+    for extra in (("--verifier", "block"), ("--tree", "6", "--top-k", "3")):
+        report = run_verify(monkeypatch, capsys, tiny_dirs, "--seed", "3", *extra)
+        assert report["passed"], (extra, report)
+        assert report["verifier"] == extra[1] or report["tree"] == 6
+
+
+def test_verify_with_trees_catches_the_naive_residual(monkeypatch, capsys, tiny_dirs):
+    # Full support, where the naive residual's bias is large enough for 600 samples (the engine-level
+    # tree control in test_tree.py measures the tree walk's own wrong residual at 1,500).
+    report = run_verify(monkeypatch, capsys, tiny_dirs, "--seed", "4", "--tree", "6", "--naive")
+    assert not report["passed"]

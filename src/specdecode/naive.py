@@ -2,7 +2,8 @@
 
 Same acceptance rule as rejection_sample, but on rejection it samples from p instead of the
 residual normalize(max(0, p - q)). Tokens the draft over-proposes then come out too often: the
-output no longer follows p. `specdecode verify --naive` and the negative controls use it.
+output no longer follows p. `specdecode verify --naive` and the negative controls use it; for a tree
+walk (tree.py) the same mistake is naive_tree_residual.
 """
 
 from __future__ import annotations
@@ -28,3 +29,8 @@ def naive_rejection_sample(
         row_gens = generator if gens is None else [gens[int(r)] for r in rejected]
         tokens[rejected, at] = sample_rows(target_probs[rejected, at].float(), row_gens)
     return tokens, num_accepted
+
+
+def naive_tree_residual(r: torch.Tensor, q: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """After a rejected candidate, the next one is tried against p again instead of the residual."""
+    return p

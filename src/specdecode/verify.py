@@ -16,20 +16,25 @@ import torch
 
 from .engine import Engine
 from .goodness import FitResult, one_sample, two_sample
-from .naive import naive_rejection_sample
+from .naive import naive_rejection_sample, naive_tree_residual
 from .request import Request
 from .sampling import SamplingParams, probs_from_logits
 
 
 def sample_continuations(gen: Engine, prompt_ids: list[int], n: int, length: int,
                          params: SamplingParams, k: int | str, proposer: str, seed: int, naive: bool = False,
-                         progress: Callable[[int], None] | None = None) -> list[tuple[int, ...]]:
-    """n continuations of `length` tokens; request i is seeded with seed + i."""
+                         progress: Callable[[int], None] | None = None, verifier: str = "token",
+                         tree: int = 0) -> list[tuple[int, ...]]:
+    """n continuations of `length` tokens; request i is seeded with seed + i; verifier and tree as
+    in generate()."""
+    plain = proposer == "none"
     reqs = [Request(list(prompt_ids), params.replace(max_new_tokens=length, ignore_eos=True, seed=seed + i),
-                    k=0 if proposer == "none" else k, proposer=proposer) for i in range(n)]
+                    k=0 if plain else k, proposer=proposer, verifier="token" if plain else verifier,
+                    tree=0 if plain else tree) for i in range(n)]
     changes = {"max_waiting": max(n, gen.config.max_waiting)}
     if naive:
         changes["reject"] = naive_rejection_sample
+        changes["tree_residual"] = naive_tree_residual
     with gen.configured(**changes):
         for req in reqs:
             gen.submit(req)

@@ -11,6 +11,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
+from ..request import check_tree
 from ..sampling import InvalidParameter, SamplingParams
 from . import (DType, Draft, DraftContext, DraftDType, Proposer, Sampler, SuffixTokens, Target, app,
                check_draft_context, check_prefix_tokens, check_suffix_tokens, err, from_config, out, parse_k,
@@ -36,7 +37,8 @@ def generate(
     sampler: Optional[str] = Sampler,
     verifier: str = typer.Option("token", "--verifier", help="token (token by token) | block (the block judged "
                                  "jointly: never fewer accepted tokens on average)"),
-    tree: int = typer.Option(0, "--tree", help="node budget for tree drafting (not built yet: 0 only)"),
+    tree: int = typer.Option(0, "--tree", help="tree drafting: at most this many drafted tokens per target pass, "
+                             "in branches of candidates (0: a chain of k)"),
     dtype: str = DType,
     draft_dtype: Optional[str] = DraftDType,
     draft_context: int = DraftContext,
@@ -117,6 +119,9 @@ def verify(
     naive: bool = typer.Option(False, "--naive", help="use the WRONG residual (sample from p) to see the check fail"),
     sampler: str = typer.Option("standard", "--sampler", help="standard (the rejection rule) | invariant "
                                 "(drafter-invariant Gumbel-max; each sample has its own seed)"),
+    verifier: str = typer.Option("token", "--verifier", help="token | block: the rule that judges each chain"),
+    tree: int = typer.Option(0, "--tree", help="node budget of tree drafting (0: chains); with --naive the tree "
+                             "walk's residual is the wrong one too"),
     alpha: float = typer.Option(1e-3, "--alpha", help="false-alarm probability of each test"),
     batch_size: int = typer.Option(64, "--batch-size"),
     as_json: bool = typer.Option(False, "--json"),
@@ -147,6 +152,10 @@ def verify(
         raise InvalidParameter(f"--batch-size must be >= 1, got {batch_size}")
     params = SamplingParams(max_new_tokens=length, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                             seed=seed, sampler=sampler)
+    check_tree(tree)
+    if verifier not in ("token", "block") or (tree and verifier != "token"):
+        raise InvalidParameter(f"--verifier takes token or block, and a tree (--tree > 0) is walked with token; "
+                               f"got --verifier {verifier} --tree {tree}")
     if naive and sampler != "standard":
         raise InvalidParameter("--naive replaces the standard rule's residual: use it with --sampler standard")
     if params.greedy:
@@ -164,10 +173,11 @@ def verify(
             # Each method's samples have seeds of their own: the draws are independent.
             draws[name] = sample_continuations(gen, prompt_ids, samples, length, params, k, name,
                                                seed=seed * 1_000_003 + i * samples, naive=naive and name != "none",
-                                               progress=lambda n, t=task: progress.advance(t, n))
+                                               progress=lambda n, t=task: progress.advance(t, n),
+                                               verifier=verifier, tree=tree)
     exact = first_token_probs(gen, prompt_ids, params)
     report = {"prompt": prompt, "samples": samples, "length": length, "k": k, "temperature": temperature,
-              "sampler": sampler,
+              "sampler": sampler, "verifier": verifier, "tree": tree,
               "top_k": top_k, "top_p": top_p, "min_p": min_p, "alpha": alpha, "naive": naive, "dtype": dtype,
               "plain_first_token_exact": None, "results": {}}
     report["plain_first_token_exact"] = one_sample(Counter(s[:1] for s in draws["none"]), exact, alpha).as_dict()

@@ -34,7 +34,7 @@ class Speculative(BaseModel):
     proposer: Literal["draft", "ngram", "suffix", "hybrid", "hybrid-suffix", "none"] | None = None
     k: int | Literal["auto"] | None = None
     verifier: Literal["token", "block"] = "token"
-    tree: int = 0  # tree drafting is not built yet: anything but 0 is refused
+    tree: int = 0  # node budget per pass for tree drafting (0: a chain); out of [0, 64] is a 400
 
 
 # OpenAI, vLLM and SGLang request fields that change what a client gets, which this server does not

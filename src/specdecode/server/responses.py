@@ -92,9 +92,13 @@ def speculative(reqs: list[EngineRequest]) -> dict:
     accepted = sum(r.stats.accepted_tokens for r in reqs)
     passes = sum(r.stats.target_passes for r in reqs)
     emitted = sum(len(r.generated) for r in reqs)
-    return {"drafted_tokens": drafted, "accepted_tokens": accepted, "target_passes": passes,
-            "acceptance_rate": accepted / drafted if drafted else 0.0,
-            "tokens_per_pass": emitted / passes if passes else 0.0}
+    out = {"drafted_tokens": drafted, "accepted_tokens": accepted, "target_passes": passes,
+           "acceptance_rate": accepted / drafted if drafted else 0.0,
+           "tokens_per_pass": emitted / passes if passes else 0.0}
+    if any(r.tree for r in reqs):
+        # Tree passes: nodes scored, accepted path tokens, and which candidate won where one did.
+        out["tree"] = {key: sum(r.stats.tree[key] for r in reqs) for key in reqs[0].stats.tree}
+    return out
 
 
 def full_response(reqs: list[EngineRequest], texts: list[str], rid: str, model: str, chat: bool,
