@@ -156,12 +156,32 @@ def test_bench_compares_the_samplers_side_by_side(monkeypatch, capsys, tiny_dirs
     assert rows == {"plain", "draft", "plain-invariant", "draft-invariant"}
 
 
+def test_bench_runs_trees_beside_the_chains_and_reports_them(monkeypatch, capsys, tiny_dirs, tmp_path):
+    out = tmp_path / "out"
+    monkeypatch.setattr(sys, "argv", [
+        "specdecode", "bench", "--workload", "code", "--limit", "2", "--target", tiny_dirs["target"], "--draft",
+        tiny_dirs["draft"], "--dtype", "fp32", "--methods", "plain,ngram,suffix", "--k", "3", "--temperature", "0",
+        "--max-new-tokens", "24", "--tree", "0,12", "--out", str(out)])
+    try:
+        cli.main()
+    except SystemExit as exc:
+        assert not exc.code, capsys.readouterr().err
+    rows = {r["method"]: r for r in json.loads((out / "results.json").read_text()) if r["category"] == "all"}
+    assert set(rows) == {"plain", "ngram", "suffix", "ngram-tree12", "suffix-tree12"}
+    assert rows["ngram"]["tree"] is None
+    tree = rows["ngram-tree12"]["tree"]
+    assert tree["passes"] > 0 and tree["nodes_per_pass"] > 1
+    assert rows["ngram-tree12"]["greedy_differs_from_plain"] == 0
+    assert "## Trees" in (out / "report.md").read_text()
+
+
 def test_bench_rejects_bad_options(monkeypatch, capsys, tiny_dirs):
     for args, message in ((["--methods", "plain,magic"], "unknown methods"),
                           (["--k", "2,x"], "--k must be a whole number"),
                           (["--concurrency", "4"], "one request at a time"),
                           (["--workload", "/no/file.jsonl"], "workload file not found"),
-                          (["--sampler", "gumbel"], "--sampler takes standard and/or invariant")):
+                          (["--sampler", "gumbel"], "--sampler takes standard and/or invariant"),
+                          (["--tree", "100"], "tree is the node budget per pass")):
         monkeypatch.setattr(sys, "argv", ["specdecode", "bench", "--target", tiny_dirs["target"], *args])
         with pytest.raises(SystemExit) as exc:
             cli.main()

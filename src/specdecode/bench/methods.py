@@ -38,6 +38,7 @@ class Run:
     drafted_per_position: list[int] = field(default_factory=list)
     accepted_per_position: list[int] = field(default_factory=list)
     by_source: dict[str, list[int]] = field(default_factory=dict)  # passes, drafted, accepted per source
+    tree: dict[str, int] = field(default_factory=dict)  # tree passes (stats.GenerationStats.tree)
     draft_s: float | None = None
     verify_s: float | None = None
     prefill_s: float | None = None
@@ -56,13 +57,14 @@ class EngineMethod:
     takes_auto = True
 
     def __init__(self, name: str, gen: Engine, label: str | None = None, sampler: str = "standard",
-                 verifier: str = "token"):
+                 verifier: str = "token", tree: int = 0):
         self.proposer = ENGINE_METHODS[name]
         self.proposer_method = name
         # Bench prompts are seeded (reproducible runs), and a seeded request would default to the
         # drafter-invariant sampler: the bench names the sampler instead of letting the seed choose.
         self.sampler = sampler
         self.verifier = verifier
+        self.tree = tree  # node budget per pass (0: chains)
         self.grammar = None  # a constraints.GrammarSpec every output must match (bench --json-schema)
         if self.proposer not in gen.proposers:
             raise ValueError(f"{name} needs a draft model: give --draft")
@@ -98,7 +100,8 @@ class EngineMethod:
         try:
             with memories, PeakMemory() as mem:
                 out = self.gen.generate(prompt_ids, params.replace(sampler=self.sampler), k=k or 0, chat=False,
-                                        proposer=self.proposer, verifier=self.verifier, grammar=self.grammar)
+                                        proposer=self.proposer, verifier=self.verifier, grammar=self.grammar,
+                                        tree=self.tree)
         finally:
             self.gen.pooled_acceptance = saved
         s = out.stats
@@ -107,7 +110,7 @@ class EngineMethod:
             peak_rss_bytes=mem.peak, cuda_peak_bytes=mem.cuda_peak, target_passes=s["target_passes"],
             drafted=s["drafted_tokens"], accepted=s["accepted_tokens"],
             drafted_per_position=s["drafted_per_position"], accepted_per_position=s["accepted_per_position"],
-            by_source=s["by_source"],
+            by_source=s["by_source"], tree=s["tree"] if s["tree"]["passes"] else {},
             draft_s=s["draft_s"], verify_s=s["verify_s"], prefill_s=s["prefill_s"],
         )
 

@@ -13,7 +13,7 @@ import transformers
 RESULT_KEYS = (
     "method", "k", "temperature", "category", "tokens_per_s", "speedup_vs_plain", "ttft_s", "itl_p50_s",
     "itl_p90_s", "itl_p99_s", "tpot_s", "acceptance_rate", "mean_accepted_tokens", "per_position_acceptance",
-    "peak_rss_bytes",
+    "peak_rss_bytes", "tree",
 )
 
 
@@ -96,6 +96,18 @@ def markdown(records: list[dict], env: dict, config: dict, skipped: dict[str, st
                 f"{_fmt(r['predicted_speedup'], '.2f', suffix='x')} | {split} | "
                 f"{r['peak_rss_bytes'] / 1e9:.2f} | {same} |"
             )
+        lines.append("")
+    trees = [r for r in records if r.get("tree") and r["category"] == "all"]
+    if trees:
+        lines += ["## Trees", "", "Per tree pass: nodes the target scored, path tokens accepted (the emitted "
+                  "token after them not counted), and the share of accepted nodes that were not their parent's "
+                  "first candidate (what a chain would not have had). Passes that drafted a chain are not counted.",
+                  "", "| method | k | T | tree passes | nodes/pass | accepted/pass | won by another candidate |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in trees:
+            t = r["tree"]
+            lines.append(f"| {r['method']} | {r['k']} | {r['temperature']:g} | {t['passes']} | "
+                         f"{t['nodes_per_pass']:.1f} | {t['accepted_per_pass']:.2f} | {t['other_candidate_share']:.1%} |")
         lines.append("")
     if plots:
         lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots]

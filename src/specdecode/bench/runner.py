@@ -105,6 +105,7 @@ def run_record(method: Method, k, temperature, prompt: Prompt, turn, repeat, pro
         "drafted_per_position": run.drafted_per_position,
         "accepted_per_position": run.accepted_per_position,
         "by_source": run.by_source,
+        "tree": run.tree,
         "draft_s": run.draft_s,
         "verify_s": run.verify_s,
         "prefill_s": run.prefill_s,
@@ -200,7 +201,23 @@ def _summarise(key: tuple, rs: list[dict]) -> dict:
         "other_s": other,
         "peak_rss_bytes": max(r["peak_rss_bytes"] for r in rs),
         "cuda_peak_bytes": max((r["cuda_peak_bytes"] or 0) for r in rs) or None,
+        "tree": tree_summary(rs),
     }
+
+
+def tree_summary(rs: list[dict]) -> dict | None:
+    """Over the runs' tree passes: nodes scored and path tokens accepted per tree pass, and how
+    often the accepted token at a node was its first candidate (what a chain drafts) or another."""
+    totals: dict[str, int] = defaultdict(int)
+    for r in rs:
+        for key, value in (r.get("tree") or {}).items():
+            totals[key] += value
+    if not totals.get("passes"):
+        return None
+    won = totals["first_candidate"] + totals["other_candidate"]
+    return {"passes": totals["passes"], "nodes_per_pass": totals["nodes"] / totals["passes"],
+            "accepted_per_pass": totals["accepted"] / totals["passes"],
+            "other_candidate_share": totals["other_candidate"] / won if won else 0.0}
 
 
 def _mark_divergence(records: list[dict], runs: list[dict]) -> None:

@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
+from ..request import check_tree
 from ..sampling import InvalidParameter, SamplingParams
 from . import (DType, Draft, DraftContext, DraftDType, SuffixTokens, Target, app, check_draft_context,
                check_suffix_tokens, err, from_config, out, parse_k, parse_list)
@@ -52,6 +53,8 @@ def bench(
                                     "methods and servers are compared on equal work"),
     verifier: str = typer.Option("token", "--verifier", help="token, block, or both (token,block): our methods under "
                                  "each verification rule, side by side (block ones named METHOD-block)"),
+    tree: str = typer.Option("0", "--tree", help="node budgets of tree drafting, e.g. 16 or 8,16: each runs beside "
+                             "our methods' chains as METHOD-treeN (0: chains only)"),
     json_schema: Optional[str] = typer.Option(None, "--json-schema", help="a JSON schema file every output of our "
                                               "methods must match (structured output, with and without "
                                               "speculation); peers cannot be constrained, so they are refused"),
@@ -90,6 +93,11 @@ def bench(
     if any(x != "auto" and x < 1 for x in k_values):
         raise InvalidParameter("--k values must be >= 1 or auto")
     temps = parse_list(temperature, float, "--temperature")
+    trees = parse_list(tree, int, "--tree")
+    for budget in trees:
+        check_tree(budget)
+    if len(set(trees)) < len(trees):
+        raise InvalidParameter(f"--tree lists a node budget twice: {tree!r}")
     verifiers = parse_list(verifier, str, "--verifier")
     if any(v not in ("token", "block") for v in verifiers) or len(set(verifiers)) < len(verifiers):
         raise InvalidParameter(f"--verifier takes token and/or block, got {verifier!r}")
@@ -159,6 +167,11 @@ def bench(
             grid.methods.append(EngineMethod(method.proposer_method, method.gen, label=f"{method.name}-{suffix}",
                                              sampler=other_sampler, verifier=other_verifier))
             grid.methods[-1].grammar = grammar
+        # Each tree budget beside the method's chain, walked with the token rule (block judges one chain).
+        for budget in [b for b in trees if b] if method.proposer_method != "plain" else []:
+            grid.methods.append(EngineMethod(method.proposer_method, method.gen, label=f"{method.name}-tree{budget}",
+                                             sampler=samplers[0], tree=budget))
+            grid.methods[-1].grammar = grammar
     # Warm-up: every method once on a short prompt, untimed. A method this environment cannot run
     # is reported as skipped with the reason instead of failing the whole bench.
     warm = SamplingParams(max_new_tokens=4, temperature=0.0)
@@ -185,7 +198,7 @@ def bench(
     records = aggregate(runs)
     env = environment(resolved_dtype, resolved_draft, target, draft)
     cfg = {"workload": prompt_lengths and f"prompt lengths {prompt_lengths}" or workload, "categories": categories,
-           "limit": limit, "turns": turns, "methods": method_names, "k": k_values, "temperature": temps,
+           "limit": limit, "turns": turns, "methods": method_names, "k": k_values, "temperature": temps, "tree": trees,
            "max_new_tokens": max_new_tokens, "repeats": repeats, "seed": seed, "concurrency": 1,
            "prompts": len(prompts), "draft_context": window, "json_schema": json_schema}
     write_outputs(Path(out_dir), records, runs, env, cfg, grid.skipped)
