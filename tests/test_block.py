@@ -8,7 +8,7 @@ import torch
 
 import toy
 from specdecode import SamplingParams
-from specdecode.block import block_rejection_sample
+from specdecode.rejection import block_rejection_sample  # the public name (block.py holds it)
 from specdecode.rejection import _check_shapes, _uniform, rejection_sample, sample_rows
 from test_exactness import ALPHA, L, N, T1, assert_exact, check, tables
 

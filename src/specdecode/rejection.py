@@ -120,3 +120,13 @@ def sample_rows(weights: torch.Tensor, generator: Generators) -> torch.Tensor:
     if gens is None:
         return sample_from(weights, generator)
     return torch.stack([sample_from(weights[b], g) for b, g in enumerate(gens)])
+
+
+def __getattr__(name: str):
+    # block_rejection_sample lives in block.py (which builds on this module) and is public here too,
+    # beside rejection_sample, with the same shapes.
+    if name == "block_rejection_sample":
+        from .block import block_rejection_sample
+
+        return block_rejection_sample
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
