@@ -13,6 +13,11 @@ class Runner(Protocol):
     Rows are addressed by their index, in the order they were added; removing rows closes the gaps.
     Every backend implements this; one that cannot batch runs its rows one after another
     (backends.serial.SerialRunner), never a separate code path in the engine.
+
+    A runner that sets `trees = True` also scores trees (tree drafting, tree.py):
+    forward(feeds, parents=...) with parents[b][j] the index in feeds[b] of the token that token j
+    follows (-1: the row's cache), then prune(keep) keeps the fed tokens keep[b] of each row (a path
+    from its first token down) and drops the rest. The engine refuses trees on other runners.
     """
 
     vocab_size: int  # width of the logits it returns

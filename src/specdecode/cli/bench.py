@@ -162,7 +162,9 @@ def bench(
         gen.grammars().check(grammar)
     for method in [m for m in grid.methods if isinstance(m, EngineMethod)]:
         method.sampler, method.verifier, method.grammar = samplers[0], verifiers[0], grammar
-        variants = [(s, verifiers[0], s) for s in samplers[1:]] + [(samplers[0], v, v) for v in verifiers[1:]]
+        # Plain decoding drafts nothing for a verifier to judge: it runs once per sampler only.
+        variants = [(s, verifiers[0], s) for s in samplers[1:]] + \
+            [(samplers[0], v, v) for v in verifiers[1:] if method.proposer_method != "plain"]
         for other_sampler, other_verifier, suffix in variants:
             grid.methods.append(EngineMethod(method.proposer_method, method.gen, label=f"{method.name}-{suffix}",
                                              sampler=other_sampler, verifier=other_verifier))
