@@ -146,15 +146,16 @@ def test_logit_bias_joint_distribution(near_draft_gen, target_model, tok):
 
 # -- greedy: speculation changes nothing, token for token ----------------------------------------
 
+@pytest.mark.parametrize("tree", [0, 12])  # a tree's nodes are shaped by the text on their own path
 @pytest.mark.parametrize("proposer,k", [("draft", 4), ("ngram", 3), ("suffix", 4), ("hybrid", "auto")])
-def test_greedy_constrained_and_penalised_output_equals_plain(small_draft_gen, proposer, k):
+def test_greedy_constrained_and_penalised_output_equals_plain(small_draft_gen, proposer, k, tree):
     schema = {"type": "object", "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 999}, "tag": {"enum": ["x", "yy"]}},
               "required": ["id", "tag"], "x-guidance": {"whitespace_flexible": False}}
     for params, grammar in ((SamplingParams(max_new_tokens=40), GrammarSpec("json", schema)),
                             (SamplingParams(max_new_tokens=24, presence_penalty=0.8, frequency_penalty=0.5,
                                             repetition_penalty=1.2), None)):
         plain = small_draft_gen.generate("list", params, k=0, grammar=grammar)
-        spec = small_draft_gen.generate("list", params, k=k, proposer=proposer, grammar=grammar)
+        spec = small_draft_gen.generate("list", params, k=k, proposer=proposer, grammar=grammar, tree=tree)
         assert spec.token_ids == plain.token_ids
         if grammar is not None:
             assert set(json.loads(spec.text)) == {"id", "tag"}

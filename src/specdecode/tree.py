@@ -20,7 +20,8 @@ removed: forgetting to remove it, or drawing the final token from p instead of r
 (tests/test_tree.py keeps both as negative controls).
 
 Proposers put the chain they would draft anyway first (nodes 0..chain-1, each the first child of
-the one before), then the branches; `trim` keeps the chain and adds branches while the expected
+the one before: a lookup's latest or most frequent continuation, the draft model's samples), then
+the branches, so a tree accepts at least what its chain would; `trim` keeps the chain and adds branches while the expected
 extra tokens pay for the wider pass at the measured verify cost.
 """
 
@@ -137,11 +138,13 @@ def walk_invariant(tokens: Sequence[int], parents: Sequence[int], target_probs: 
         node = nxt
 
 
-def trie(continuations: Sequence[Sequence[int]], depth: int, budget: int) -> tuple[list[int], list[int], list[float]]:
+def trie(continuations: Sequence[Sequence[int]], depth: int, budget: int,
+         chain: Sequence[int] | None = None) -> tuple[list[int], list[int], list[float]]:
     """Merge continuations (most recent first) into a tree of at most `budget` nodes and `depth`
-    levels: the most frequent path first (ties: the most recent), then the other branches, most
-    frequent first. Returns (tokens, parents, shares), a node's share being the fraction of its
-    parent's continuations that go through it."""
+    levels: `chain` first (the proposer's own chain, which must be one of the continuations' starts;
+    None: the most frequent path, ties to the most recent), then the other branches, most frequent
+    first. Returns (tokens, parents, shares), a node's share being the fraction of its parent's
+    continuations that go through it."""
     count: dict[tuple[int, ...], int] = {}
     rank: dict[tuple[int, ...], int] = {}
     for order, cont in enumerate(continuations):
@@ -161,10 +164,16 @@ def trie(continuations: Sequence[Sequence[int]], depth: int, budget: int) -> tup
     def share(key):
         return count[key] / (count[key[:-1]] if len(key) > 1 else total)
 
+    first = chain
     chain: list[tuple[int, ...]] = []
     at: tuple[int, ...] = ()
     while at in below and len(chain) < min(depth, budget):
-        at = below[at][0]
+        if first is not None:
+            if len(at) >= len(first) or at + (int(first[len(at)]),) not in count:
+                break
+            at = at + (int(first[len(at)]),)
+        else:
+            at = below[at][0]
         chain.append(at)
     # Branches by how many continuations pass through them: a child never outnumbers its parent,
     # so taking them in that order (shallower first on ties) keeps every parent before its children.

@@ -136,9 +136,8 @@ class DraftModelProposer:
                 noise = row.noise(len(row.context) + len(out[i].tokens)) if row.invariant else None
                 shaped = self._shape(row, logits[b][-1], out[i].tokens)
                 token, q, sure = next_draft(shaped, row.params, row.generator, self.target_vocab, confidence[i], noise)
-                if nodes[i] > k + len(branches.get(i, ())):
-                    alternative = second_choice(shaped, q, token)
-                    if alternative is not None:
+                for alternative in next_choices(shaped, q, token):
+                    if nodes[i] > k + len(branches.get(i, ())):
                         branches.setdefault(i, []).append((len(out[i].tokens), *alternative))
                 out[i].tokens.append(token)
                 if q is not None:
@@ -197,30 +196,31 @@ def next_draft(logits: torch.Tensor, params: SamplingParams, generator: torch.Ge
     return token, q, sure
 
 
-# The draft branches where it is unsure: its second choice becomes a sibling of the drafted token
-# where the drafted token has less than BRANCH_BELOW of the draft's mass and the second at least
-# BRANCH_ABOVE (a sibling the draft gives almost nothing is almost never what the target picks).
-BRANCH_BELOW = 0.8
-BRANCH_ABOVE = 0.05
+# The draft branches where it is unsure: its next choices become siblings of the drafted token
+# where the drafted token has less than BRANCH_BELOW of the draft's mass, at most BRANCHES of them,
+# each with at least BRANCH_ABOVE (a sibling the draft gives almost nothing is almost never what the
+# target picks). Which of them are scored is the cost rule's call (tree.trim).
+BRANCH_BELOW = 0.95
+BRANCH_ABOVE = 0.02
+BRANCHES = 2
 
 
-def second_choice(logits: torch.Tensor, q: torch.Tensor | None, token: int) -> tuple[int, float] | None:
-    """(token, its share) of the draft's most likely token other than the drafted one, where the
-    draft is unsure; None where it is sure. The choice depends only on the draft's distribution
-    and the drafted token, so as a deterministic candidate tried after it the walk stays exact."""
+def next_choices(logits: torch.Tensor, q: torch.Tensor | None, token: int) -> list[tuple[int, float]]:
+    """(token, its share) of the draft's most likely tokens other than the drafted one, where the
+    draft is unsure; [] where it is sure. The choice depends only on the draft's distribution and
+    the drafted token, so as deterministic candidates tried after it the walk stays exact."""
     dist = q if q is not None else torch.softmax(logits.float(), -1)
     if float(dist[token]) >= BRANCH_BELOW:
-        return None
+        return []
     rest = dist.clone()
     rest[token] = -1.0
-    alternative = int(rest.argmax())
-    share = float(dist[alternative])
-    return (alternative, share) if share >= BRANCH_ABOVE else None
+    shares, tokens = rest.topk(BRANCHES)
+    return [(int(t), float(s)) for t, s in zip(tokens, shares) if float(s) >= BRANCH_ABOVE]
 
 
 def add_branches(proposal: Proposal, branches: list[tuple[int, int, float]], vocab: int) -> None:
-    """The drafted chain plus each second choice as a leaf beside the chain's token at its depth
-    (one-hot q: it was chosen, not sampled)."""
+    """The drafted chain plus each next choice as a leaf beside the chain's token at its depth
+    (one-hot q: it was chosen, not sampled), tried after it in the order given."""
     chain = len(proposal.tokens)
     branches = [b for b in branches if b[0] < chain]
     proposal.parents = list(range(-1, chain - 1)) + [depth - 1 for depth, _, _ in branches]

@@ -45,12 +45,14 @@ class NgramProposer(Stateless):
 
     def lookup_tree(self, context: list[int], k: int, budget: int) -> Proposal:
         """Every earlier occurrence of the longest matching suffix (the latest MAX_OCCURRENCES),
-        their continuations merged into a tree: the most frequent path first (tree.trie)."""
+        their continuations merged into a tree (tree.trie): the latest one first, the chain this
+        proposer drafts without a tree, then the others, most frequent first."""
         seq = np.asarray(context, dtype=np.int64)
         n, starts = occurrences(seq, k, self.max_n, self.min_n)
         if not starts:
             return Proposal(tokens=[])
-        tokens, parents, shares = trie([seq[s: s + k].tolist() for s in starts], k, budget)
+        continuations = [seq[s: s + k].tolist() for s in starts]
+        tokens, parents, shares = trie(continuations, k, budget, chain=continuations[0])
         tree = chain_length(parents, len(tokens)) < len(tokens)
         return Proposal(tokens=tokens, source=f"ngram{n}", parents=parents if tree else None,
                         shares=shares if tree else None)

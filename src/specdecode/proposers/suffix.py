@@ -158,7 +158,8 @@ class SuffixProposer:
         match length and the path's estimated probability)."""
         index = self.memory(row.tenant) if from_memory else self._own(row)
         depth = min(k, len(match.tokens))
-        tokens, parents, shares = trie(index.continuations(row.context, depth), depth, budget)
+        tokens, parents, shares = trie(index.continuations(row.context, depth), depth, budget,
+                                       chain=match.tokens[:depth])
         if chain_length(parents, len(tokens)) == len(tokens):
             return Proposal(tokens=match.tokens[:k], source=source)
         return Proposal(tokens=tokens, source=source, parents=parents, shares=shares)
