@@ -142,31 +142,28 @@ def test_bench_cli_writes_schema(monkeypatch, capsys, tiny_dirs, tmp_path):
     assert (out / "speedup_vs_k.png").stat().st_size > 1000
 
 
-def test_bench_compares_the_samplers_side_by_side(monkeypatch, capsys, tiny_dirs, tmp_path):
-    out = tmp_path / "out"
+def bench_code_prompts(monkeypatch, capsys, dirs, out, *args) -> dict:
+    """`specdecode bench` on two code prompts with the tiny models; the "all" records by method."""
     monkeypatch.setattr(sys, "argv", [
-        "specdecode", "bench", "--workload", "code", "--limit", "2", "--target", tiny_dirs["target"], "--draft",
-        tiny_dirs["draft"], "--dtype", "fp32", "--methods", "plain,draft", "--k", "2", "--temperature", "1",
-        "--max-new-tokens", "6", "--sampler", "standard,invariant", "--out", str(out)])
+        "specdecode", "bench", "--workload", "code", "--limit", "2", "--target", dirs["target"], "--draft",
+        dirs["draft"], "--dtype", "fp32", *args, "--out", str(out)])
     try:
         cli.main()
     except SystemExit as exc:
         assert not exc.code, capsys.readouterr().err
-    rows = {r["method"] for r in json.loads((out / "results.json").read_text()) if r["category"] == "all"}
-    assert rows == {"plain", "draft", "plain-invariant", "draft-invariant"}
+    return {r["method"]: r for r in json.loads((out / "results.json").read_text()) if r["category"] == "all"}
+
+
+def test_bench_compares_the_samplers_side_by_side(monkeypatch, capsys, tiny_dirs, tmp_path):
+    rows = bench_code_prompts(monkeypatch, capsys, tiny_dirs, tmp_path / "out", "--methods", "plain,draft", "--k", "2",
+                              "--temperature", "1", "--max-new-tokens", "6", "--sampler", "standard,invariant")
+    assert set(rows) == {"plain", "draft", "plain-invariant", "draft-invariant"}
 
 
 def test_bench_runs_trees_beside_the_chains_and_reports_them(monkeypatch, capsys, tiny_dirs, tmp_path):
     out = tmp_path / "out"
-    monkeypatch.setattr(sys, "argv", [
-        "specdecode", "bench", "--workload", "code", "--limit", "2", "--target", tiny_dirs["target"], "--draft",
-        tiny_dirs["draft"], "--dtype", "fp32", "--methods", "plain,ngram,suffix", "--k", "3", "--temperature", "0",
-        "--max-new-tokens", "24", "--tree", "0,12", "--out", str(out)])
-    try:
-        cli.main()
-    except SystemExit as exc:
-        assert not exc.code, capsys.readouterr().err
-    rows = {r["method"]: r for r in json.loads((out / "results.json").read_text()) if r["category"] == "all"}
+    rows = bench_code_prompts(monkeypatch, capsys, tiny_dirs, out, "--methods", "plain,ngram,suffix", "--k", "3",
+                              "--temperature", "0", "--max-new-tokens", "24", "--tree", "0,12")
     assert set(rows) == {"plain", "ngram", "suffix", "ngram-tree12", "suffix-tree12"}
     assert rows["ngram"]["tree"] is None
     tree = rows["ngram-tree12"]["tree"]
