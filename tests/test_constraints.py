@@ -75,7 +75,7 @@ def test_grammar_with_lookup_drafts_joint_distribution(near_draft_gen, target_mo
 
 def test_control_mask_on_the_draft_only_is_rejected(near_draft_gen, target_model, tok, monkeypatch):
     """The target's p unmasked (the verifier forgets the grammar): drafts are masked, output is not."""
-    monkeypatch.setattr(Request, "shape", lambda self, logits, drafts: logits)
+    monkeypatch.setattr(Request, "shape", lambda self, logits, drafts, parents=None: logits)
     counts, _ = run(near_draft_gen, TOPK, grammar=REGEX)
     result = one_sample(counts, exact_joint(target_model, TOPK, masked(tok)), alpha=ALPHA)
     assert result.p_value < ALPHA, result
@@ -124,7 +124,7 @@ def test_control_penalty_counts_without_the_drafts_is_rejected(near_draft_gen, t
 
 
 def test_control_penalty_on_the_draft_only_is_rejected(near_draft_gen, target_model, monkeypatch):
-    monkeypatch.setattr(Request, "shape", lambda self, logits, drafts: logits)
+    monkeypatch.setattr(Request, "shape", lambda self, logits, drafts, parents=None: logits)
     counts, _ = run(near_draft_gen, PENALISED)
     result = one_sample(counts, exact_joint(target_model, PENALISED, penalised), alpha=ALPHA)
     assert result.p_value < ALPHA, result

@@ -163,8 +163,6 @@ class Engine:
     def check(self, req: Request) -> None:
         """Raise RequestError/InvalidParameter for a request that can never run."""
         self.get_proposer(req.proposer)
-        if req.verifier not in self.verifiers:
-            raise InvalidParameter(f"verifier must be token or block, got {req.verifier!r}")
         if req.tree and not getattr(self.target, "trees", False):
             raise InvalidParameter(f"tree drafting needs tree attention in the target, and the "
                                    f"{self.target.backend} target scores chains only: use tree 0, or a transformers "
@@ -370,8 +368,6 @@ class Engine:
             return proposal
         tokens, parents = subtree(proposal.tokens, proposal.parents, keep)
         probs = None if proposal.probs is None else proposal.probs[keep]
-        if all(parent == i - 1 for i, parent in enumerate(parents)):
-            return Proposal(tokens, probs, proposal.source, proposal.fed)
         return Proposal(tokens, probs, proposal.source, proposal.fed, parents,
                         [proposal.shares[i] for i in keep] if proposal.shares else None)
 

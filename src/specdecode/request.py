@@ -83,10 +83,7 @@ class Request:
         """Raise RequestError/InvalidParameter if this request can never run (grammars(): the
         engine's grammar compiler, for a request with a grammar)."""
         check_k(self.k)
-        check_tree(self.tree)
-        if self.tree and self.verifier != "token":
-            raise InvalidParameter(f"a tree is walked with the multi-candidate token rule: verifier "
-                                   f"{self.verifier!r} judges one chain; use tree=0 with it, or verifier 'token'")
+        check_tree(self.tree, self.verifier)
         check_logprobs(self.logprobs, self.logprobs_mode)
         if self.grammar is not None:
             grammars().check(self.grammar)
@@ -131,10 +128,9 @@ class Request:
         (parents, tree.py) row 0 the root's and row i + 1 the position after the path to node i."""
         if not self.shaped:
             return logits
-        if parents is not None:
-            paths = [[]] + [[drafts[n] for n in path_to(parents, i)] for i in range(len(drafts))]
-            return torch.stack([self.shape_at(logits[j], paths[j]) for j in range(logits.shape[0])])
-        return torch.stack([self.shape_at(logits[j], list(drafts[:j])) for j in range(logits.shape[0])])
+        before = [list(drafts[:j]) for j in range(logits.shape[0])] if parents is None else \
+            [[]] + [[drafts[n] for n in path_to(parents, i)] for i in range(len(drafts))]
+        return torch.stack([self.shape_at(logits[j], before[j]) for j in range(logits.shape[0])])
 
     def start(self, tokenizer, eos_ids: frozenset[int], prior, vocab: int, deterministic_proposer: bool,
               grammar: Grammar | None = None) -> None:
@@ -232,7 +228,13 @@ def check_k(k) -> None:
 MAX_TREE = 64  # nodes per pass a request may ask for: wider passes stop being nearly free anywhere
 
 
-def check_tree(tree) -> None:
+def check_tree(tree, verifier: str = "token") -> None:
+    """A node budget in [0, MAX_TREE], and a verifier that can judge what it drafts."""
     if not isinstance(tree, int) or isinstance(tree, bool) or not 0 <= tree <= MAX_TREE:
         raise InvalidParameter(f"tree is the node budget per pass, an integer in [0, {MAX_TREE}] (0: a chain), "
                                f"got {tree!r}")
+    if verifier not in ("token", "block"):
+        raise InvalidParameter(f"verifier must be token or block, got {verifier!r}")
+    if tree and verifier != "token":
+        raise InvalidParameter(f"a tree is walked with the multi-candidate token rule: verifier {verifier!r} judges "
+                               f"one chain; use tree=0 with it, or verifier 'token'")

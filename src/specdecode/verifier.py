@@ -106,31 +106,25 @@ class TreeVerifier:
 
 
 def verify_row(r, logits: torch.Tensor, proposal: Proposal, verifier: TokenVerifier,
-               invariant: InvariantVerifier, tree: TreeVerifier | None = None) -> Verdict:
+               invariant: InvariantVerifier, tree: TreeVerifier) -> Verdict:
     """One row of a pass: its penalties, bias and grammar shape every position first, by the text
-    before it (as the draft's q was shaped: request.Request.shape); then the drafter-invariant rule
-    with the noise of its positions, or the token-level / block rejection step with the row's own
-    generator; the emitted tokens' logprobs are read from the same rows (logprobs.py)."""
+    before it (as the draft's q was shaped: request.Request.shape; a tree's nodes by their own
+    paths); then the tree walk, the drafter-invariant rule with the noise of its positions, or the
+    token-level / block rejection step with the row's own generator; the emitted tokens' logprobs
+    are read from the same rows (logprobs.py)."""
     raw = logits[: len(proposal.tokens) + 1]
+    shaped = r.shape(raw, proposal.tokens, proposal.parents)
+    start = len(r.context)
+    noise = (lambda i: r.noise(start + i)) if r.invariant else None
     if proposal.parents is not None:
-        # Each node is shaped by the text on its own path.
-        shaped = r.shape(raw, proposal.tokens, proposal.parents)
-        start = len(r.context)
-        verdict = (tree or TreeVerifier())(shaped, proposal, r.params, r.generator,
-                                           (lambda d: r.noise(start + d)) if r.invariant else None)
-        if r.logprobs is not None:
-            rows = [0] + [i + 1 for i in verdict.path]
-            r.pending_logprobs = pick(logprob_rows(raw[rows], shaped[rows], r.params, r.logprobs_mode),
-                                      verdict.tokens, r.logprobs)
-        return verdict
-    shaped = r.shape(raw, proposal.tokens)
-    if r.invariant:
-        start = len(r.context)
-        verdict = invariant(shaped, proposal, r.params, lambda i: r.noise(start + i))
+        verdict = tree(shaped, proposal, r.params, r.generator, noise)
+    elif noise is not None:
+        verdict = invariant(shaped, proposal, r.params, noise)
     else:
         verdict = verifier(shaped, proposal, r.params, r.generator)
     if r.logprobs is not None:
-        emitted = len(verdict.tokens)
-        r.pending_logprobs = pick(logprob_rows(raw[:emitted], shaped[:emitted], r.params, r.logprobs_mode),
+        # The rows the emitted tokens were drawn at: the root's, then each accepted draft's.
+        rows = [0] + [i + 1 for i in verdict.path] if verdict.path is not None else list(range(len(verdict.tokens)))
+        r.pending_logprobs = pick(logprob_rows(raw[rows], shaped[rows], r.params, r.logprobs_mode),
                                   verdict.tokens, r.logprobs)
     return verdict

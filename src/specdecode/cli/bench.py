@@ -169,8 +169,10 @@ def bench(
             grid.methods.append(EngineMethod(method.proposer_method, method.gen, label=f"{method.name}-{suffix}",
                                              sampler=other_sampler, verifier=other_verifier))
             grid.methods[-1].grammar = grammar
+        if method.proposer_method == "plain":
+            continue
         # Each tree budget beside the method's chain, walked with the token rule (block judges one chain).
-        for budget in [b for b in trees if b] if method.proposer_method != "plain" else []:
+        for budget in (b for b in trees if b):
             grid.methods.append(EngineMethod(method.proposer_method, method.gen, label=f"{method.name}-tree{budget}",
                                              sampler=samplers[0], tree=budget))
             grid.methods[-1].grammar = grammar

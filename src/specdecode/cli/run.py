@@ -152,10 +152,7 @@ def verify(
         raise InvalidParameter(f"--batch-size must be >= 1, got {batch_size}")
     params = SamplingParams(max_new_tokens=length, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                             seed=seed, sampler=sampler)
-    check_tree(tree)
-    if verifier not in ("token", "block") or (tree and verifier != "token"):
-        raise InvalidParameter(f"--verifier takes token or block, and a tree (--tree > 0) is walked with token; "
-                               f"got --verifier {verifier} --tree {tree}")
+    check_tree(tree, verifier)
     if naive and sampler != "standard":
         raise InvalidParameter("--naive replaces the standard rule's residual: use it with --sampler standard")
     if params.greedy:

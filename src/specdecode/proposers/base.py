@@ -52,6 +52,11 @@ class Proposal:
     parents: list[int] | None = None
     shares: list[float] | None = None
 
+    def __post_init__(self) -> None:
+        # A tree without branches is a chain: it goes the chain's way (block verification included).
+        if self.parents is not None and chain_length(self.parents, len(self.tokens)) == len(self.tokens):
+            self.parents = self.shares = None
+
     @property
     def chain(self) -> int:
         """Leading tokens that form a chain (all of them for a chain proposal): the drafting

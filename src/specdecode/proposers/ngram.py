@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..tree import chain_length, trie
+from ..tree import trie
 from .base import Proposal, Stateless
 
 # Occurrences of the matched suffix whose continuations a tree merges (the most recent ones).
@@ -53,9 +53,7 @@ class NgramProposer(Stateless):
             return Proposal(tokens=[])
         continuations = [seq[s: s + k].tolist() for s in starts]
         tokens, parents, shares = trie(continuations, k, budget, chain=continuations[0])
-        tree = chain_length(parents, len(tokens)) < len(tokens)
-        return Proposal(tokens=tokens, source=f"ngram{n}", parents=parents if tree else None,
-                        shares=shares if tree else None)
+        return Proposal(tokens=tokens, source=f"ngram{n}", parents=parents, shares=shares)
 
     def lookup(self, context: list[int], k: int) -> Proposal:
         n, tokens = match(np.asarray(context, dtype=np.int64), k, self.max_n, self.min_n)

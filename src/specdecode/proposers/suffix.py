@@ -29,7 +29,7 @@ import contextlib
 from collections import OrderedDict
 
 from ..suffix_index import Match, SuffixIndex
-from ..tree import chain_length, trie
+from ..tree import trie
 from .base import Proposal
 
 BANDS = (16, 8, 4, 2, 1)
@@ -160,8 +160,6 @@ class SuffixProposer:
         depth = min(k, len(match.tokens))
         tokens, parents, shares = trie(index.continuations(row.context, depth), depth, budget,
                                        chain=match.tokens[:depth])
-        if chain_length(parents, len(tokens)) == len(tokens):
-            return Proposal(tokens=match.tokens[:k], source=source)
         return Proposal(tokens=tokens, source=source, parents=parents, shares=shares)
 
     def _own(self, row) -> SuffixIndex:
