@@ -201,7 +201,11 @@ def test_a_tree_request_through_the_openai_client(server):
     assert outs[8].choices[0].text == outs[0].choices[0].text
     stats = outs[8].model_extra["speculative"]
     assert "tree" not in outs[0].model_extra["speculative"]
-    assert stats["tree"]["passes"] > 0 and stats["tree"]["nodes"] >= stats["tree"]["passes"]
+    # Whether branches are scored depends on the measured costs (the cost rule may keep only the
+    # chain): every drafting pass is counted as one or the other.
+    t = stats["tree"]
+    assert t["passes"] + t["chain_passes"] > 0 and t["nodes"] >= t["passes"]
+    assert t["accepted"] == t["first_candidate"] + t["other_candidate"]
 
 
 def test_disconnect_mid_stream_frees_the_slot(twin_gen):

@@ -404,6 +404,8 @@ class Engine:
                             proposal.source, proposal.levels)
         if proposal.parents is not None:
             r.stats.record_tree(proposal.parents, verdict.path)
+        elif r.tree and proposal.tokens:
+            r.stats.tree["chain_passes"] += 1
         emitted, done = r.commit(verdict.tokens, self.target.max_context)
         r.stats.steps.append(StepRecord(time.perf_counter() - r.submitted_at, len(proposal.tokens), verdict.accepted,
                                         len(emitted)))

@@ -35,8 +35,11 @@ class GenerationStats:
     by_source: dict[str, list[int]] = field(default_factory=dict)
     # Tree passes (tree.py): passes, nodes scored, accepted path tokens, and which candidate won at
     # each accepted node: the first child of its parent (what a chain would have drafted) or another.
+    # chain_passes: passes of a tree request that scored a chain (the proposer found no second
+    # candidate, or the cost rule judged no branch worth the wider pass).
     tree: dict[str, int] = field(default_factory=lambda: {"passes": 0, "nodes": 0, "accepted": 0,
-                                                           "first_candidate": 0, "other_candidate": 0})
+                                                           "first_candidate": 0, "other_candidate": 0,
+                                                           "chain_passes": 0})
     prefill_s: float = 0.0
     draft_s: float = 0.0
     verify_s: float = 0.0

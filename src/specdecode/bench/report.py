@@ -101,13 +101,15 @@ def markdown(records: list[dict], env: dict, config: dict, skipped: dict[str, st
     if trees:
         lines += ["## Trees", "", "Per tree pass: nodes the target scored, path tokens accepted (the emitted "
                   "token after them not counted), and the share of accepted nodes that were not their parent's "
-                  "first candidate (what a chain would not have had). Passes that drafted a chain are not counted.",
-                  "", "| method | k | T | tree passes | nodes/pass | accepted/pass | won by another candidate |",
-                  "|---|---|---|---|---|---|---|"]
+                  "first candidate (what a chain would not have had). Passes that drafted a chain are not counted; "
+                  "the last column is the share of drafting passes that scored a tree.",
+                  "", "| method | k | T | tree passes | nodes/pass | accepted/pass | won by another candidate | tree share |",
+                  "|---|---|---|---|---|---|---|---|"]
         for r in trees:
             t = r["tree"]
             lines.append(f"| {r['method']} | {r['k']} | {r['temperature']:g} | {t['passes']} | "
-                         f"{t['nodes_per_pass']:.1f} | {t['accepted_per_pass']:.2f} | {t['other_candidate_share']:.1%} |")
+                         f"{t['nodes_per_pass']:.1f} | {t['accepted_per_pass']:.2f} | {t['other_candidate_share']:.1%} | "
+                         f"{t.get('tree_pass_share', 1.0):.0%} |")
         lines.append("")
     if plots:
         lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots]

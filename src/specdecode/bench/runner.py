@@ -206,8 +206,9 @@ def _summarise(key: tuple, rs: list[dict]) -> dict:
 
 
 def tree_summary(rs: list[dict]) -> dict | None:
-    """Over the runs' tree passes: nodes scored and path tokens accepted per tree pass, and how
-    often the accepted token at a node was its first candidate (what a chain drafts) or another."""
+    """Over the runs' tree passes: nodes scored and path tokens accepted per tree pass, how often
+    the accepted token at a node was its first candidate (what a chain drafts) or another, and the
+    share of drafting passes that scored a tree rather than a chain."""
     totals: dict[str, int] = defaultdict(int)
     for r in rs:
         for key, value in (r.get("tree") or {}).items():
@@ -217,7 +218,8 @@ def tree_summary(rs: list[dict]) -> dict | None:
     won = totals["first_candidate"] + totals["other_candidate"]
     return {"passes": totals["passes"], "nodes_per_pass": totals["nodes"] / totals["passes"],
             "accepted_per_pass": totals["accepted"] / totals["passes"],
-            "other_candidate_share": totals["other_candidate"] / won if won else 0.0}
+            "other_candidate_share": totals["other_candidate"] / won if won else 0.0,
+            "tree_pass_share": totals["passes"] / (totals["passes"] + totals.get("chain_passes", 0))}
 
 
 def _mark_divergence(records: list[dict], runs: list[dict]) -> None:
