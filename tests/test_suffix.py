@@ -122,6 +122,18 @@ def test_memory_is_shared_across_requests_and_kept_per_tenant():
     assert off.propose([row([8, 8, 1, 2], id=4)], [4])[0].tokens == [] and off.memory_size == 0
 
 
+def test_a_tree_holds_the_continuations_of_both_the_request_and_the_memory():
+    p = SuffixProposer(memory_tokens=1000, factor=2)
+    p.leave([row([7, 1, 2, 3, 20, 21], prompt_len=1, id=1)])  # remembered: 1 2 3 -> 20 21
+    r = row([1, 2, 3, 30, 31, 5, 1, 2, 3], id=2)  # its own: 1 2 3 -> 30 31
+    chain = p.propose([r], [2])[0]
+    tree = p.propose([r], [2], nodes=[8])[0]
+    assert tree.parents is not None and tree.tokens[:2] == chain.tokens  # the lookup's chain first
+    assert {20, 30} <= set(tree.tokens[i] for i, parent in enumerate(tree.parents) if parent < 0)
+    private = row(r.context, id=3, remember=False)
+    assert p.propose([private], [2], nodes=[8])[0].parents is None  # without the memory: one path
+
+
 def test_bad_settings_are_refused():
     for bad in (-1, 2.5, True):
         with pytest.raises(ValueError, match="suffix memory"):

@@ -147,19 +147,23 @@ class SuffixProposer:
                     self.counters["memory_hits" if from_memory else "own_hits"] += 1
             source = band(match.length) if match.tokens else None
             if budget and match.tokens:
-                out.append(self._tree(row, match, from_memory, k, budget, source))
+                out.append(self._tree(row, match, k, budget, source))
             else:
                 out.append(Proposal(tokens=match.tokens[:k], source=source))
         return out
 
-    def _tree(self, row, match: Match, from_memory: bool, k: int, budget: int, source: str) -> Proposal:
-        """The continuations of every occurrence of the match, in the index it came from, merged
-        into a tree no deeper than the chain the lookup found (its length already follows the
-        match length and the path's estimated probability)."""
-        index = self.memory(row.tenant) if from_memory else self._own(row)
+    def _tree(self, row, match: Match, k: int, budget: int, source: str) -> Proposal:
+        """The continuations of every occurrence of the longest match, in the row's own index and
+        in its memory, merged into a tree no deeper than the chain the lookup found (its length
+        already follows the match length and the path's estimated probability). Both indexes
+        count: where an answer's format comes from the memory and its values from the prompt
+        (extraction), the two disagree exactly where a second candidate pays."""
         depth = min(k, len(match.tokens))
-        tokens, parents, shares = trie(index.continuations(row.context, depth), depth, budget,
-                                       chain=match.tokens[:depth])
+        continuations = []
+        for index in (self._own(row), self.memory(row.tenant) if row.remember else None):
+            if index is not None and len(index):
+                continuations += index.continuations(row.context, depth)
+        tokens, parents, shares = trie(continuations, depth, budget, chain=match.tokens[:depth])
         return Proposal(tokens=tokens, source=source, parents=parents, shares=shares)
 
     def _own(self, row) -> SuffixIndex:
