@@ -59,3 +59,12 @@ def test_verify_with_trees_catches_the_naive_residual(monkeypatch, capsys, tiny_
     # tree control in test_tree.py measures the tree walk's own wrong residual at 1,500).
     report = run_verify(monkeypatch, capsys, tiny_dirs, "--seed", "4", "--tree", "6", "--naive")
     assert not report["passed"]
+
+
+def test_verify_passes_with_a_shortlisted_draft_and_catches_the_naive_residual(monkeypatch, capsys, tiny_dirs):
+    # The tiny draft scoring 200 of its 259 tokens: q is zero on the other 59.
+    dirs = {**tiny_dirs, "draft": tiny_dirs["draft"] + "+v200"}
+    report = run_verify(monkeypatch, capsys, dirs, "--seed", "5")
+    assert report["passed"], report
+    report = run_verify(monkeypatch, capsys, dirs, "--seed", "6", "--naive")
+    assert not report["passed"]

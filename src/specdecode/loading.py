@@ -6,6 +6,7 @@ from .backends.hf import load_model, logit_width, parse_dtype, world_size
 from .backends.hf_batch import BatchRunner
 from .backends.serial import SerialRunner
 from .engine import Engine, EngineConfig
+from . import shortlist
 from .models import ModelError, check_vocab_compatible, resolve, split_backend
 from .proposers import PROPOSERS, WITH_DRAFT, DraftModelProposer, HybridProposer, NgramProposer, NoProposer, SuffixProposer
 
@@ -163,21 +164,39 @@ def eos_ids(model, tokenizer) -> list[int]:
 
 
 def _load_llamacpp(spec: str, role: str, max_rows: int):
-    """llamacpp:MODEL[@QUANT]: the GGUF as it is (or requantised once by llama.cpp), with the
-    tokenizer of its converted checkpoint."""
+    """llamacpp:MODEL[@QUANT][+vN]: the GGUF as it is (or requantised once by llama.cpp, or with its
+    vocabulary cut to a shortlist of N tokens: shortlist.py), with the tokenizer of its converted
+    checkpoint."""
     from transformers import AutoTokenizer
 
     from .backends.llamacpp import LlamaCppRunner, requantized, split_quant
 
-    name, quant = split_quant(split_backend(spec.strip())[1])
+    name, vocab = _split_shortlist(spec, role)
+    name, quant = split_quant(name)
     resolved = resolve(name, role)
     if resolved.gguf is None:
         raise ModelError(f"the llama.cpp backend loads GGUF files, and the {role} '{spec}' is not one: "
                          "give a .gguf file or a bundled model name")
     gguf = requantized(resolved.gguf, quant) if quant else resolved.gguf
+    tokenizer = AutoTokenizer.from_pretrained(str(resolved.path))
     # One more row than the batch: calibration times a scratch row beside nothing else, and a
     # rejoining draft row is re-added before it is removed.
-    return LlamaCppRunner.load(gguf, max_rows=max_rows + 1), AutoTokenizer.from_pretrained(str(resolved.path))
+    if vocab is None:
+        return LlamaCppRunner.load(gguf, max_rows=max_rows + 1), tokenizer
+    full = LlamaCppRunner.vocab_of(gguf)
+    ids = shortlist.shortlist_for(tokenizer, full, vocab, byte_tokens=True)
+    runner = LlamaCppRunner.load(shortlist.shortlisted_gguf(gguf, ids), max_rows=max_rows + 1,
+                                 embeddings=shortlist.EmbeddingTable(gguf))
+    return shortlist.Shortlisted(runner, ids, full), tokenizer
+
+
+def _split_shortlist(spec: str, role: str) -> tuple[str, int | None]:
+    """The spec without its backend prefix, and its shortlist size (drafts only)."""
+    name, vocab = shortlist.split_vocab(split_backend(spec.strip())[1])
+    if vocab is not None and role != "draft":
+        raise ModelError(f"'{spec}': a vocabulary shortlist is for drafts; the target keeps its full vocabulary "
+                         "(its p must cover every token for the rejection step to be exact)")
+    return name, vocab
 
 
 def _check_proposer(name: str) -> None:
@@ -190,7 +209,8 @@ def _load(spec: str, role: str, dtype: str, max_rows: int = 8):
     backend = backend_of(spec)
     if backend == "llamacpp":
         return _load_llamacpp(spec, role, max_rows)
-    resolved = resolve(spec, role)
+    _, vocab = _split_shortlist(spec, role)
+    resolved = resolve(spec.strip().rpartition("+v")[0] if vocab else spec, role)
     try:
         # Under torchrun the target is sharded; the (small) draft is replicated on every rank.
         model, tokenizer = load_model(str(resolved.path), dtype, tensor_parallel=role == "target" and world_size() > 1)
@@ -199,5 +219,11 @@ def _load(spec: str, role: str, dtype: str, max_rows: int = 8):
     if backend in ("hf-static", "hf-compile"):
         from .backends.hf_static import StaticRunner
 
+        if vocab is not None:
+            raise ModelError(f"'{spec}': the vocabulary shortlist runs on the hf and llamacpp backends")
         return StaticRunner(model, compile=backend == "hf-compile"), tokenizer
+    if vocab is not None:
+        full = logit_width(model)
+        ids = shortlist.shortlist_for(tokenizer, full, vocab)
+        return shortlist.Shortlisted(BatchRunner(shortlist.slice_head(model, ids)), ids, full), tokenizer
     return model, tokenizer

@@ -116,7 +116,7 @@ class LlamaCppRunner:
     backend = "llamacpp"
 
     def __init__(self, llm, gguf: Path | None = None, n_ctx: int = 4096, max_rows: int = 16,
-                 total_ctx: int | None = None):
+                 total_ctx: int | None = None, embeddings=None):
         import llama_cpp
         from llama_cpp import _internals
 
@@ -132,7 +132,10 @@ class LlamaCppRunner:
         self._ctx = _internals.LlamaContext(model=llm._model, params=params, verbose=False)
         self._lib = llama_cpp
         self._n_batch = int(params.n_batch)
-        self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
+        # embeddings (a shortlist.EmbeddingTable): tokens go in as their embedding vectors, looked
+        # up in a table other than the model's own (a shortlisted draft's holds only its list).
+        self._embeddings = embeddings
+        self._batch = llama_cpp.llama_batch_init(self._n_batch, embeddings.width if embeddings else 0, 1)
         self._free = list(range(max_rows - 1, -1, -1))  # sequence ids not in use
         self.seq: list[int] = []  # sequence id of each row
         self.lengths: list[int] = []
@@ -144,8 +147,17 @@ class LlamaCppRunner:
 
     @classmethod
     def load(cls, path: str | Path, n_ctx: int = 4096, n_threads: int | None = None,
-             max_rows: int = 16) -> "LlamaCppRunner":
-        return cls(load_llama(path, n_ctx=64, n_threads=n_threads), Path(path), n_ctx=n_ctx, max_rows=max_rows)
+             max_rows: int = 16, embeddings=None) -> "LlamaCppRunner":
+        return cls(load_llama(path, n_ctx=64, n_threads=n_threads), Path(path), n_ctx=n_ctx, max_rows=max_rows,
+                   embeddings=embeddings)
+
+    @staticmethod
+    def vocab_of(path: Path) -> int:
+        """Rows of a GGUF's output matrix (the logits' width), read from its header."""
+        import gguf
+
+        tensors = {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
+        return int((tensors.get("output.weight") or tensors["token_embd.weight"]).shape[1])
 
     @property
     def rows(self) -> int:
@@ -199,11 +211,17 @@ class LlamaCppRunner:
         out: dict[int, list[torch.Tensor]] = {b: [] for b, _ in feeds}
         batch, n = self._batch, 0
 
+        fed: list[int] = []
+
         def flush():
             nonlocal n
             if n == 0:
                 return
             batch.n_tokens = n
+            if self._embeddings is not None:
+                vectors = self._embeddings.rows(fed)
+                ctypes.memmove(batch.embd, vectors.ctypes.data, vectors.nbytes)
+                fed.clear()
             code = self._lib.llama_decode(self._ctx.ctx, batch)
             if code != 0:
                 raise RuntimeError(f"llama_decode returned {code} (no free KV cells: fewer rows or a larger "
@@ -219,7 +237,10 @@ class LlamaCppRunner:
                 if n == self._n_batch:
                     flush()
                 keep = j == len(tokens) - 1 or not last_only
-                batch.token[n] = token
+                if self._embeddings is not None:
+                    fed.append(token)
+                else:
+                    batch.token[n] = token
                 batch.pos[n] = self.lengths[b] + j
                 batch.n_seq_id[n] = 1
                 batch.seq_id[n][0] = self.seq[b]
