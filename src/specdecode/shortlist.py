@@ -151,7 +151,8 @@ class Shortlisted:
         self.ids = torch.as_tensor(ids, dtype=torch.long)
         self.vocab_size = vocab_size
         self.max_context = runner.max_context
-        self.backend = f"{runner.backend} (vocab {len(ids)})"
+        self.backend = runner.backend
+        self.shortlist = len(ids)  # reports name it beside the backend
         self.trees = getattr(runner, "trees", False)
 
     @property

@@ -80,8 +80,11 @@ class EngineMethod:
         if self.proposer in WITH_DRAFT:
             drafter = gen.proposers["draft"]
             self.backend += f" + {backend_name(drafter.runner)} draft"
+            notes = [f"vocab {drafter.runner.shortlist}"] if getattr(drafter.runner, "shortlist", None) else []
             if drafter.context_window:
-                self.backend += f" (last {drafter.context_window} prompt tokens)"
+                notes.append(f"last {drafter.context_window} prompt tokens")
+            if notes:
+                self.backend += f" ({', '.join(notes)})"
 
     def run(self, prompt_ids, params, k) -> Run:
         # k="auto" learns each proposer's acceptance from every request (the prior of the next
