@@ -20,39 +20,28 @@ DTYPES = {
     "float16": "float16",
     "fp16": "float16",
     "int8": "int8",
+    "w8a8": "w8a8",
     "auto": "auto",
 }
 
 
-def fast_bf16() -> bool:
-    """True where bf16 matmuls run at memory speed: a GPU, or a CPU with AVX-512 BF16 or AMX.
+def parse_dtype(name: str, role: str = "target") -> str:
+    """Canonical dtype name: bfloat16, float32, float16, int8 (dynamic int8 linear layers) or w8a8
+    (int8 linear layers whose rows are independent, w8a8.py).
 
-    Elsewhere (e.g. AVX2-only CPUs) PyTorch's bf16 matmul falls back to a kernel whose cost grows
-    linearly with the number of rows, so verifying k tokens costs k single-token passes and a
-    700-token prefill takes minutes.
-    """
-    if torch.cuda.is_available():
-        return True
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
-def parse_dtype(name: str) -> str:
-    """Canonical dtype name: bfloat16, float32, float16, or int8 (dynamic int8 linear layers).
-
-    auto = bfloat16 where bf16 is fast (fast_bf16), else int8.
+    auto = bf16 on a GPU; on a CPU the fastest dtype measured on this machine for the role
+    (dtype_choice: timed once, cached per machine; a target never gets int8).
     """
     try:
         canonical = DTYPES[name.lower()]
     except KeyError:
         raise ValueError(
-            f"unknown dtype '{name}': use one of auto, bfloat16 (bf16), float32 (fp32), float16 (fp16), int8"
+            f"unknown dtype '{name}': use one of auto, bfloat16 (bf16), float32 (fp32), float16 (fp16), int8, w8a8"
         ) from None
     if canonical == "auto":
-        return "bfloat16" if fast_bf16() else "int8"
+        from .dtype_choice import choice
+
+        return choice(role)["dtype"]
     return canonical
 
 
@@ -82,6 +71,13 @@ def load_model(path: str, dtype: str, tensor_parallel: bool = False) -> tuple[Pr
         if tensor_parallel:
             raise ValueError("int8 does not combine with tensor parallelism: use bf16 or fp32 for a sharded target")
         return _load_int8(Path(path)), tokenizer
+    if dtype == "w8a8":
+        if tensor_parallel:
+            raise ValueError("w8a8 does not combine with tensor parallelism: use bf16 or fp32 for a sharded target")
+        from .w8a8 import quantise
+
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        return quantise(model).eval(), tokenizer
     extra = {}
     if tensor_parallel:
         from transformers import DistributedConfig

@@ -18,16 +18,12 @@ RESULT_KEYS = (
 
 
 def environment(dtype: str, draft_dtype: str, target: str, draft: str) -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from ..backends.dtype_choice import cpu_description
+
+    cpu = cpu_description()
     return {
-        "cpu": cpu,
+        "cpu": cpu["cpu"],
+        "cpu_flags": cpu["flags"],
         "cpu_count": os.cpu_count(),
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "torch": torch.__version__,

