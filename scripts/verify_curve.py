@@ -1,5 +1,5 @@
 """Seconds of one target verify pass by width over a 200-token context, for each target runtime
-given (default: torch bf16 / fp32 / int8 and llama.cpp Q4_K_M / Q4_0 / Q8_0 of the default target);
+given (default: torch bf16 / fp32 / int8 / w8a8 and llama.cpp Q4_K_M / Q4_0 / Q8_0 of the default target);
 where the runner has tree attention, also a tree of the same width (two branches, so it goes
 through the 4D mask). Median of 3 timed passes after one warm-up per point.
 
@@ -14,7 +14,7 @@ import time
 from specdecode.loading import load_generator
 
 WIDTHS = (1, 2, 4, 8, 12, 16)
-RUNTIMES = ("default/bf16", "default/fp32", "default/int8", "llamacpp:default", "llamacpp:default@q4_0",
+RUNTIMES = ("default/bf16", "default/fp32", "default/int8", "default/w8a8", "llamacpp:default", "llamacpp:default@q4_0",
             "llamacpp:default@q8_0")
 
 

@@ -51,7 +51,7 @@ def load_generator(
     )
     gen = build_generator(target_model, tokenizer, proposer, draft_model, draft_tokenizer, config=config, **options)
     gen.info.update(target=target, draft=draft if draft_model is not None else None, dtype=parse_dtype(dtype),
-                    draft_dtype=parse_dtype(draft_dtype or dtype, "draft") if draft_model is not None else None)
+                    draft_dtype=parse_dtype(draft_dtype or dtype) if draft_model is not None else None)
     return gen
 
 
@@ -59,8 +59,8 @@ def load_models(target: str, draft: str | None, dtype: str = "auto", draft_dtype
                 max_rows: int = 8):
     """(target model, tokenizer, draft model or None, draft tokenizer or None), vocabularies checked;
     llama.cpp models come as runners with room for max_rows rows (and a scratch row)."""
-    draft_dtype = parse_dtype(draft_dtype or dtype, "draft")
     dtype = parse_dtype(dtype)
+    draft_dtype = parse_dtype(draft_dtype or dtype)
     target_model, tokenizer = _load(target, "target", dtype, max_rows)
     if not draft:
         return target_model, tokenizer, None, None
@@ -69,7 +69,7 @@ def load_models(target: str, draft: str | None, dtype: str = "auto", draft_dtype
 
 def load_draft(spec: str, dtype: str, target_model, tokenizer, max_rows: int = 8):
     """(draft model or runner, its tokenizer), checked against the target's vocabulary."""
-    draft_model, draft_tokenizer = _load(spec, "draft", parse_dtype(dtype, "draft"), max_rows)
+    draft_model, draft_tokenizer = _load(spec, "draft", parse_dtype(dtype), max_rows)
     check_vocab_compatible(tokenizer, draft_tokenizer, vocab_width(target_model), vocab_width(draft_model))
     return draft_model, draft_tokenizer
 

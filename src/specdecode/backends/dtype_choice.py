@@ -1,11 +1,15 @@
 """`--dtype auto` on a CPU: the dtype that runs a model's linear layers fastest on this machine,
-measured once (a few seconds) and cached per machine; for a target only among the dtypes whose
-rows do not depend on each other (bf16, w8a8), for a draft among all (int8 too: q is whatever the
-draft computed, so its rounding costs no exactness).
+measured once (a few seconds) and cached per machine.
+
+auto only picks how a checkpoint is computed (bf16 or float32), never a quantisation of it: `w8a8`
+(w8a8.py) is timed too and reported (`specdecode models`), but it changes a target's model and a
+draft's acceptance, so it is the user's call (docs/backends.md measures both). `int8` (one
+activation scale per pass) is not offered: a long pass such as a prefill loses most of its
+precision to the largest activation in it (docs/backends.md).
 
 Why measure instead of reading the CPU flags: AVX-512 BF16 in /proc/cpuinfo does not make PyTorch's
-bf16 matmul fast. On a 2-core AMD EPYC that lists it (no AMX) a bf16 1536 -> 8960 projection took
-several times as long as the dynamically quantised int8 one at one row, while on Xeons with AMX bf16
+bf16 matmul fast: on a 2-core AMD EPYC that lists it (no AMX) a one-row bf16 1536 -> 8960 projection
+took longer than a 5-row one and several times as long as an int8 one, while on Xeons with AMX bf16
 is the fast path. The flags cannot tell these apart; a timing can.
 
 The timing is of what a decoding step is made of: a stack of distinct projections of a 1.5B model's
@@ -21,15 +25,12 @@ import os
 import platform
 import statistics
 import time
-import warnings
 from pathlib import Path
 
 import torch
 
-CANDIDATES = ("bfloat16", "int8", "w8a8")
-# int8 (fbgemm's dynamic quantisation) scales a whole pass's activations at once: a token's p would
-# move with what is scored beside it, so it is never chosen for a target (w8a8.py).
-FOR_ROLE = {"target": ("bfloat16", "w8a8"), "draft": CANDIDATES}
+CANDIDATES = ("bfloat16", "float32", "w8a8")  # timed
+AUTO = ("bfloat16", "float32")  # chosen from
 WIDTHS = (1, 5)
 SHAPE = (8960, 1536)  # Qwen2.5-1.5B's MLP up/gate projection
 LAYERS = 6  # 82 MB of bf16 weights: beyond a 32 MB L3
@@ -68,13 +69,7 @@ def _stack(dtype: str) -> list:
         lin = torch.nn.Linear(SHAPE[1], SHAPE[0], bias=False)
         with torch.no_grad():
             lin.weight.copy_(torch.randn(SHAPE, generator=gen) * 0.02)
-        if dtype == "int8":
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # torch.ao's deprecation notices
-                from torch.ao.quantization import quantize_dynamic
-
-                layers.append(quantize_dynamic(torch.nn.Sequential(lin), {torch.nn.Linear}, dtype=torch.qint8))
-        elif dtype == "w8a8":
+        if dtype == "w8a8":
             from .w8a8 import W8A8Linear
 
             layers.append(W8A8Linear(lin))
@@ -102,15 +97,17 @@ def measure() -> dict:
     return {d: {str(w): round(statistics.median(times[d, w]), 3) for w in WIDTHS} for d in CANDIDATES}
 
 
-def decide(ms: dict, role: str = "target") -> tuple[str, str]:
-    """Among the role's candidates, the dtype whose step (a one-token pass plus a 5-token verify
-    pass) is cheapest, and why."""
-    cost = {d: sum(ms[d].values()) for d in FOR_ROLE[role] if d in ms}
-    best = min(cost, key=cost.get)
-    runner_up = min((d for d in cost if d != best), key=cost.get)
-    detail = ", ".join(f"{d} {ms[d]['1']:.1f} / {ms[d]['5']:.1f} ms" for d in cost)
-    return best, (f"measured {cost[runner_up] / cost[best]:.1f}x faster than {runner_up} for a {role} here "
-                  f"(1 / 5 rows: {detail})")
+def decide(ms: dict) -> tuple[str, str]:
+    """Of AUTO, the dtype whose step (a one-token pass plus a 5-token verify pass) is cheapest, and
+    why, with what w8a8 would gain."""
+    cost = {d: sum(ms[d].values()) for d in ms}
+    best = min(AUTO, key=cost.get)
+    runner_up = min((d for d in AUTO if d != best), key=cost.get)
+    detail = ", ".join(f"{d} {ms[d]['1']:.1f} / {ms[d]['5']:.1f} ms" for d in ms)
+    why = f"measured {cost[runner_up] / cost[best]:.1f}x faster than {runner_up} here (1 / 5 rows: {detail})"
+    if "w8a8" in cost and cost["w8a8"] < cost[best]:
+        why += f"; --dtype w8a8 would be {cost[best] / cost['w8a8']:.2f}x faster, quantised"
+    return best, why
 
 
 def measured(cache: Path | None = None) -> dict:
@@ -131,9 +128,9 @@ def measured(cache: Path | None = None) -> dict:
     return found
 
 
-def choice(role: str = "target", cache: Path | None = None) -> dict:
-    """{dtype, why}: bf16 on a GPU; on a CPU the fastest of the role's candidates measured here."""
+def choice(cache: Path | None = None) -> dict:
+    """{dtype, why}: bf16 on a GPU; on a CPU the faster of AUTO measured here."""
     if torch.cuda.is_available():
         return {"dtype": "bfloat16", "why": "a GPU: bf16 runs at memory speed"}
-    dtype, why = decide(measured(cache)["ms"], role)
+    dtype, why = decide(measured(cache)["ms"])
     return {"dtype": dtype, "why": why}

@@ -25,12 +25,12 @@ DTYPES = {
 }
 
 
-def parse_dtype(name: str, role: str = "target") -> str:
+def parse_dtype(name: str) -> str:
     """Canonical dtype name: bfloat16, float32, float16, int8 (dynamic int8 linear layers) or w8a8
     (int8 linear layers whose rows are independent, w8a8.py).
 
-    auto = bf16 on a GPU; on a CPU the fastest dtype measured on this machine for the role
-    (dtype_choice: timed once, cached per machine; a target never gets int8).
+    auto = bf16 on a GPU; on a CPU the faster of bf16 and float32 on this machine (dtype_choice:
+    timed once, cached per machine); quantisation (int8, w8a8) is only ever asked for.
     """
     try:
         canonical = DTYPES[name.lower()]
@@ -41,7 +41,7 @@ def parse_dtype(name: str, role: str = "target") -> str:
     if canonical == "auto":
         from .dtype_choice import choice
 
-        return choice(role)["dtype"]
+        return choice()["dtype"]
     return canonical
 
 

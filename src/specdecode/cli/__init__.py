@@ -78,7 +78,7 @@ SuffixTokens = typer.Option(100_000, "--suffix-cache-tokens", help="tokens of re
                             "remembers across requests (0: none)")
 
 
-DType = typer.Option("auto", "--dtype", help="auto | bfloat16 (bf16) | float32 (fp32) | int8 (dynamic int8 linears); auto = the faster of bf16 and int8 on this machine (timed once, cached; bf16 on a GPU)")
+DType = typer.Option("auto", "--dtype", help="auto | bfloat16 (bf16) | float32 (fp32) | int8 (dynamic int8 linears) | w8a8 (int8 linears, rows independent); auto = the faster of bf16 and fp32 on this machine (timed once, cached)")
 
 
 DraftDType = typer.Option(None, "--draft-dtype", help="dtype of the draft model (default: --dtype); int8 is cheap")

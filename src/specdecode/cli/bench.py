@@ -121,7 +121,7 @@ def bench(
         prompts = load_workload(workload, parse_list(categories, str, "--categories") if categories else None, limit)
 
     needs_draft = any(m in (*WITH_DRAFT, "hf-assisted") for m in method_names)
-    resolved_dtype, resolved_draft = parse_dtype(dtype), parse_dtype(draft_dtype or dtype, "draft")
+    resolved_dtype, resolved_draft = parse_dtype(dtype), parse_dtype(draft_dtype or dtype)
     # Several drafts (e.g. hf:default,llamacpp:default) are compared in one run: the first is
     # `draft` (and hf-assisted's assistant), the others are methods named draft-<backend>.
     drafts = [d.strip() for d in (draft or "").split(",") if d.strip()] if needs_draft else []

@@ -98,9 +98,8 @@ def models():
         for name in BUNDLED))
     from ..backends.dtype_choice import choice
 
-    for role in ("target", "draft"):
-        found = choice(role)
-        out.print(f"--dtype auto for a {role} on this machine: {found['dtype']} ({found['why']})", highlight=False)
+    found = choice()
+    out.print(f"--dtype auto on this machine: {found['dtype']} ({found['why']})", highlight=False)
 
 
 @app.command()
