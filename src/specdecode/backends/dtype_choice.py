@@ -7,10 +7,10 @@ draft's acceptance, so it is the user's call (docs/backends.md measures both). `
 activation scale per pass) is not offered: a long pass such as a prefill loses most of its
 precision to the largest activation in it (docs/backends.md).
 
-Why measure instead of reading the CPU flags: AVX-512 BF16 in /proc/cpuinfo does not make PyTorch's
-bf16 matmul fast: on a 2-core AMD EPYC that lists it (no AMX) a one-row bf16 1536 -> 8960 projection
-took longer than a 5-row one and several times as long as an int8 one, while on Xeons with AMX bf16
-is the fast path. The flags cannot tell these apart; a timing can.
+Why measure instead of reading the CPU flags: the flags do not say how PyTorch's kernels behave. On
+an AVX2-only EPYC bf16's matmul cost grew with the rows (a 4-token pass 3.6x a one-token one); on a
+2-core EPYC that lists AVX-512 BF16 but no AMX it is flat to 8 rows yet reads weights at well under
+the memory's speed; on Xeons with AMX bf16 is the fast path. A timing tells these apart.
 
 The timing is of what a decoding step is made of: a stack of distinct projections of a 1.5B model's
 MLP shape, too large together for the last-level cache (so weights stream from memory as in a real
