@@ -209,8 +209,8 @@ def _load(spec: str, role: str, dtype: str, max_rows: int = 8):
     backend = backend_of(spec)
     if backend == "llamacpp":
         return _load_llamacpp(spec, role, max_rows)
-    _, vocab = _split_shortlist(spec, role)
-    resolved = resolve(spec.strip().rpartition("+v")[0] if vocab else spec, role)
+    name, vocab = _split_shortlist(spec, role)
+    resolved = resolve(name if vocab else spec, role)
     try:
         # Under torchrun the target is sharded; the (small) draft is replicated on every rank.
         model, tokenizer = load_model(str(resolved.path), dtype, tensor_parallel=role == "target" and world_size() > 1)

@@ -41,18 +41,19 @@ FLAGS_OF_NOTE = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "a
 def cpu_description() -> dict:
     """The CPU as a benchmark must name it: model, cores, and the instruction-set flags that decide
     which kernels run (AVX-512 BF16, AMX, VNNI)."""
-    model, flags = platform.processor() or platform.machine(), set()
+    model, flags = None, set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             key, _, value = line.partition(":")
             key = key.strip()
-            if key == "model name" and model in ("", platform.machine(), platform.processor()):
+            if key == "model name" and model is None:
                 model = value.strip()
             elif key in ("flags", "Features") and not flags:
                 flags = set(value.split())
     except OSError:
         pass
-    return {"cpu": model, "cores": os.cpu_count(), "flags": [f for f in FLAGS_OF_NOTE if f in flags]}
+    return {"cpu": model or platform.processor() or platform.machine(), "cores": os.cpu_count(),
+            "flags": [f for f in FLAGS_OF_NOTE if f in flags]}
 
 
 def machine_key() -> str:

@@ -67,13 +67,11 @@ def load_model(path: str, dtype: str, tensor_parallel: bool = False) -> tuple[Pr
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
     tokenizer = AutoTokenizer.from_pretrained(path)
+    if dtype in ("int8", "w8a8") and tensor_parallel:
+        raise ValueError(f"{dtype} does not combine with tensor parallelism: use bf16 or fp32 for a sharded target")
     if dtype == "int8":
-        if tensor_parallel:
-            raise ValueError("int8 does not combine with tensor parallelism: use bf16 or fp32 for a sharded target")
         return _load_int8(Path(path)), tokenizer
     if dtype == "w8a8":
-        if tensor_parallel:
-            raise ValueError("w8a8 does not combine with tensor parallelism: use bf16 or fp32 for a sharded target")
         from .w8a8 import quantise
 
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
