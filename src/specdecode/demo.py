@@ -15,17 +15,6 @@ PROMPTS = [
 ]
 
 
-def best_draft() -> tuple[str, str]:
-    """(draft spec, why): the cheapest exact draft the installation has. llama.cpp's Q4_0 0.5B
-    scoring the 32k most frequent tokens reads the fewest bytes per token (docs/backends.md);
-    without the extra, the torch draft."""
-    from .backends import llamacpp
-
-    if llamacpp.available():
-        return "llamacpp:default@q4_0+v32k", "llama.cpp Q4_0 draft over a 32k-token shortlist"
-    return "default", "torch draft (install the llamacpp extra for a cheaper one)"
-
-
 REFERENCE = "plain, llama.cpp target"
 
 

@@ -6,7 +6,7 @@ from .backends.hf import load_model, logit_width, parse_dtype, world_size
 from .backends.hf_batch import BatchRunner
 from .backends.serial import SerialRunner
 from .engine import Engine, EngineConfig
-from . import shortlist
+from . import draft_choice, shortlist
 from .models import ModelError, check_vocab_compatible, resolve, split_backend
 from .proposers import PROPOSERS, WITH_DRAFT, DraftModelProposer, HybridProposer, NgramProposer, NoProposer, SuffixProposer
 
@@ -15,9 +15,11 @@ class SpeculativeGenerator(Engine):
     """The engine (engine.Engine), with constructors that load the models."""
 
     @classmethod
-    def from_pretrained(cls, target: str = "default", draft: str | None = "default", proposer: str = "draft",
+    def from_pretrained(cls, target: str = "default", draft: str | None = "auto", proposer: str = "draft",
                         dtype: str = "auto", **options) -> "SpeculativeGenerator":
         """Load models by spec ('default', a directory, a .gguf file, a cached Hugging Face id).
+        The draft "auto" is the default draft on the runtime measured fastest beside this target on
+        this machine (draft_choice.py; measured on first use, cached).
 
         `draft` is ignored unless the proposer needs a draft model. Every generator can also run
         "ngram", "suffix" and "none" per request. Options: draft_dtype, ngram_max, ngram_min,
@@ -35,7 +37,7 @@ class SpeculativeGenerator(Engine):
 
 def load_generator(
     target: str = "default",
-    draft: str | None = "default",
+    draft: str | None = "auto",
     proposer: str = "draft",
     dtype: str = "auto",
     draft_dtype: str | None = None,
@@ -50,6 +52,10 @@ def load_generator(
         target, draft if proposer in WITH_DRAFT else None, dtype, draft_dtype, max_rows=config.max_batch
     )
     gen = build_generator(target_model, tokenizer, proposer, draft_model, draft_tokenizer, config=config, **options)
+    if draft_model is not None and draft.strip() == draft_choice.AUTO:  # measured and cached by load_models
+        chosen = choose_draft(target, target_model, tokenizer, dtype, draft_dtype)
+        gen.info["draft_choice"] = {"choice": chosen["choice"], "why": chosen["why"]}
+        draft = chosen["choice"]
     gen.info.update(target=target, draft=draft if draft_model is not None else None, dtype=parse_dtype(dtype),
                     draft_dtype=parse_dtype(draft_dtype or dtype) if draft_model is not None else None)
     return gen
@@ -64,7 +70,17 @@ def load_models(target: str, draft: str | None, dtype: str = "auto", draft_dtype
     target_model, tokenizer = _load(target, "target", dtype, max_rows)
     if not draft:
         return target_model, tokenizer, None, None
+    if draft.strip() == draft_choice.AUTO:
+        draft = choose_draft(target, target_model, tokenizer, dtype, draft_dtype)["choice"]
     return (target_model, tokenizer, *load_draft(draft, draft_dtype, target_model, tokenizer, max_rows))
+
+
+def choose_draft(target: str, target_model, tokenizer, dtype: str, draft_dtype: str | None = None) -> dict:
+    """What `--draft auto` runs beside this target here: draft_choice's measured pick (cached)."""
+    import sys
+
+    return draft_choice.choose(target, target_model, tokenizer, parse_dtype(dtype), parse_dtype(draft_dtype or dtype),
+                               log=lambda line: print(line, file=sys.stderr))
 
 
 def load_draft(spec: str, dtype: str, target_model, tokenizer, max_rows: int = 8):

@@ -67,7 +67,9 @@ def from_config(path, target, draft, proposer, dtype, draft_dtype, k, draft_cont
 Target = typer.Option("default", "--target", help="target model: default, a directory, a .gguf file or a cached HF id")
 
 
-Draft = typer.Option("default", "--draft", help="draft model (for --proposer draft)")
+Draft = typer.Option("auto", "--draft", help="draft model (for --proposer draft): auto (the default draft on the "
+                     "runtime, quantisation and shortlist measured fastest beside this target here; measured once, "
+                     "cached), default (the torch draft), llamacpp:default@q4_0+v32k, a directory or a .gguf file")
 
 
 Proposer = typer.Option("draft", "--proposer", help="draft | ngram | suffix (matches in this and earlier outputs) | "

@@ -77,7 +77,8 @@ def bench(
     from ..bench.report import environment, write_outputs
     from ..bench.runner import BenchConfig, Grid, aggregate, run_grid
     from ..bench.workloads import length_sweep, load_workload
-    from ..loading import backend_name, build_generator, load_draft, load_models, torch_model
+    from ..draft_choice import AUTO
+    from ..loading import backend_name, build_generator, choose_draft, load_draft, load_models, torch_model
     from ..proposers import WITH_DRAFT
 
     if config:  # the saved models and dtypes replace the flags; the saved k joins the compared ones
@@ -143,6 +144,10 @@ def bench(
         if needs_draft else []
     # hf-assisted needs a transformers assistant: the first draft in the list that is one.
     assistant = next((m for m in [draft_model, *(o[1] for o in others)] if torch_model(m) is not None), None)
+    if assistant is None and "hf-assisted" in method_names and torch_model(target_model) is not None:
+        # No draft listed is a transformers model (e.g. only llama.cpp drafts): the peer gets the
+        # default pair's torch draft, so that it still runs beside ours.
+        assistant = load_draft("default", resolved_draft, target_model, tokenizer)[0]
     grid = Grid([])
     for name in method_names:
         try:
@@ -201,6 +206,9 @@ def bench(
                         progress=lambda label: progress.update(task, advance=1, description=label))
     records = aggregate(runs)
     env = environment(resolved_dtype, resolved_draft, target, draft)
+    if draft_model is not None and drafts[0] == AUTO:  # measured and cached when it was loaded
+        chosen = choose_draft(target, target_model, tokenizer, resolved_dtype, resolved_draft)
+        env["draft_choice"] = {"choice": chosen["choice"], "why": chosen["why"]}
     cfg = {"workload": prompt_lengths and f"prompt lengths {prompt_lengths}" or workload, "categories": categories,
            "limit": limit, "turns": turns, "methods": method_names, "k": k_values, "temperature": temps, "tree": trees,
            "max_new_tokens": max_new_tokens, "repeats": repeats, "seed": seed, "concurrency": 1,

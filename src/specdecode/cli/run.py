@@ -100,6 +100,14 @@ def models():
 
     found = choice()
     out.print(f"--dtype auto on this machine: {found['dtype']} ({found['why']})", highlight=False)
+    from ..draft_choice import cached
+
+    for found in cached():
+        out.print(f"--draft auto beside {found['target']} ({found['dtype']}; draft {found['draft_dtype']}): "
+                  f"{found['choice']} ({found['why']})", highlight=False)
+    if not cached():
+        out.print("--draft auto: not measured yet on this machine (it is, about half a minute, the first time a "
+                  "command runs with it)", highlight=False)
 
 
 @app.command()
@@ -273,8 +281,8 @@ def serve(
 def demo(
     max_new_tokens: int = typer.Option(96, "--max-new-tokens"),
     dtype: str = DType,
-    draft: Optional[str] = typer.Option(None, "--draft", help="draft model (default: the cheapest this "
-                                                                 "installation has)"),
+    draft: str = typer.Option("auto", "--draft", help="draft model (default: the one measured fastest beside "
+                                                     "the target on this machine)"),
     proposer: str = typer.Option("hybrid", "--proposer"),
     k: str = typer.Option("auto", "--k"),
 ):
@@ -283,10 +291,10 @@ def demo(
     from .. import demo as demo_
     from ..loading import SpeculativeGenerator
 
-    spec, why = (draft, draft) if draft else demo_.best_draft()
     steps = parse_k(k)
-    gen = SpeculativeGenerator.from_pretrained(target="default", draft=spec, proposer=proposer, dtype=dtype,
-                                               draft_dtype="int8")
+    gen = SpeculativeGenerator.from_pretrained(target="default", draft=draft, proposer=proposer, dtype=dtype)
+    chosen = gen.info.get("draft_choice")
+    why = f"{chosen['choice']}, {chosen['why']}" if chosen else gen.info["draft"]
     # The cost rule of k=auto starts from timed passes rather than from nothing.
     gen.calibrate()
     gen.generate("Hi", SamplingParams(max_new_tokens=8), k=steps, proposer=proposer)
