@@ -85,3 +85,28 @@ def test_load_models_resolves_auto_to_the_choice(tiny_dirs, tmp_path, monkeypatc
     gen = SpeculativeGenerator.from_pretrained(target=tiny_dirs["target"], draft="auto", dtype="float32")
     assert gen.info["draft"] == tiny_dirs["draft"] and gen.info["draft_choice"]["choice"] == tiny_dirs["draft"]
     assert "predicted" in gen.info["draft_choice"]["why"]
+
+
+def test_models_reports_what_auto_chose(tiny_dirs, tmp_path, monkeypatch, capsys):
+    import sys
+
+    from specdecode import cli
+    from specdecode.backends import dtype_choice
+
+    monkeypatch.setenv("SPECDECODE_CACHE", str(tmp_path))
+    monkeypatch.setattr(dtype_choice, "choice", lambda cache=None: {"dtype": "bfloat16", "why": "measured"})
+    monkeypatch.setattr(sys, "argv", ["specdecode", "models"])
+
+    def models() -> str:
+        try:
+            cli.main()
+        except SystemExit as exc:
+            assert not exc.code
+        return " ".join(capsys.readouterr().out.split())  # rich wraps lines at the terminal's width
+
+    assert "--draft auto: not measured on this machine yet" in models()
+    monkeypatch.setattr(draft_choice, "candidates", lambda llamacpp: [tiny_dirs["draft"]])
+    target_model, tok, _, _ = load_models(tiny_dirs["target"], None, "float32")
+    draft_choice.choose("tiny", target_model, tok, "float32", "float32")
+    out = models()
+    assert f"--draft auto beside tiny (float32; draft float32): {tiny_dirs['draft']} (predicted" in out

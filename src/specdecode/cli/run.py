@@ -106,8 +106,8 @@ def models():
         out.print(f"--draft auto beside {found['target']} ({found['dtype']}; draft {found['draft_dtype']}): "
                   f"{found['choice']} ({found['why']})", highlight=False)
     if not cached():
-        out.print("--draft auto: not measured yet on this machine (it is, about half a minute, the first time a "
-                  "command runs with it)", highlight=False)
+        out.print("--draft auto: not measured on this machine yet; the first command that uses it measures it "
+                  "(about half a minute)", highlight=False)
 
 
 @app.command()

@@ -1,0 +1,56 @@
+"""The speed checks of one interleaved `specdecode bench` run, from its runs.jsonl: per method and k,
+tokens/s over the code prompts, the Spec-Bench mix and all prompts (total new tokens over total
+seconds, prefill included, as the bench's own tokens/s), against plain torch and llama.cpp plain;
+then, per proposer, k=auto against the best fixed k of the same proposer.
+
+    python scripts/speed_check.py BENCH_DIR [BENCH_DIR ...]      (one directory per temperature)
+
+Prints markdown.
+"""
+
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+CODE = "code_completion"
+
+
+def rates(path: Path) -> tuple[float, dict]:
+    runs = [json.loads(line) for line in (path / "runs.jsonl").read_text().splitlines() if line.strip()]
+    sums: dict = defaultdict(lambda: [0, 0.0])
+    for r in runs:
+        for group in ("all", "code" if r["category"] == CODE else "mix"):
+            key = (r["method"], "-" if r["k"] is None else str(r["k"]), group)
+            sums[key][0] += r["new_tokens"]
+            sums[key][1] += r["total_s"]
+    return runs[0]["temperature"], {key: n / s for key, (n, s) in sums.items() if s > 0}
+
+
+def main(dirs: list[str]) -> None:
+    for d in dirs:
+        temperature, rate = rates(Path(d))
+        methods = sorted({(m, k) for m, k, _ in rate}, key=lambda mk: (mk[0] != "plain", mk[0], mk[1]))
+        print(f"\n### T = {temperature:g} ({d})\n")
+        print("| method | k | tok/s all | vs plain: all | mix | code | code vs llama.cpp |")
+        print("|---|---|---|---|---|---|---|")
+        for m, k in methods:
+            row = [f"{rate[m, k, 'all']:.2f}"]
+            row += [f"{rate[m, k, g] / rate['plain', '-', g]:.2f}x" for g in ("all", "mix", "code")]
+            row.append(f"{rate[m, k, 'code'] / rate['llamacpp', '-', 'code']:.2f}x" if ("llamacpp", "-", "code") in rate
+                       else "-")
+            print(f"| {m} | {k} | " + " | ".join(row) + " |")
+        print("\n| proposer | group | k=auto tok/s | best fixed k | its tok/s | auto / best |")
+        print("|---|---|---|---|---|---|")
+        for m in sorted({m for m, k in methods if k == "auto"}):
+            for group in ("all", "mix", "code"):
+                fixed = {k: rate[m, k, group] for mm, k in methods if mm == m and k not in ("auto", "-")}
+                if not fixed:
+                    continue
+                best = max(fixed, key=fixed.get)
+                auto = rate[m, "auto", group]
+                print(f"| {m} | {group} | {auto:.2f} | {best} | {fixed[best]:.2f} | {auto / fixed[best]:.2f}x |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
