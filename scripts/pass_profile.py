@@ -39,6 +39,7 @@ def main(out: str, draft: str = "llamacpp:default@q4_0+v32k", k: int = 4) -> Non
     gen = SpeculativeGenerator.from_pretrained(target="default", draft=draft, proposer="draft", dtype="bfloat16")
     gen.generate("Hi", SamplingParams(max_new_tokens=8), k=k)
     spent: dict = defaultdict(float)
+    drafting = [False]
     runner = gen.proposers["draft"].runner
     inner = getattr(runner, "inner", runner)  # a shortlisted runner wraps the llama.cpp one
     if hasattr(inner, "_lib"):
@@ -53,10 +54,22 @@ def main(out: str, draft: str = "llamacpp:default@q4_0+v32k", k: int = 4) -> Non
                 try:
                     return lib.llama_decode(*args)
                 finally:
-                    spent["draft: llama_decode"] += time.perf_counter() - start
+                    # Only a drafting step's decode: a row's prefill (its first sight of the prompt) is not one.
+                    if drafting[0]:
+                        spent["draft: llama_decode"] += time.perf_counter() - start
 
         inner._lib = Timed()
     clock(runner, "forward", spent, "draft: runner forward")
+    forward = runner.forward
+
+    def flagged(*args, **kwargs):
+        drafting[0] = True
+        try:
+            return forward(*args, **kwargs)
+        finally:
+            drafting[0] = False
+
+    runner.forward = flagged
     for name in ("_plan", "_propose", "_score", "_verify", "_drop_rejected", "_learn", "_commit", "_leave", "_decode"):
         clock(gen, name, spent, name)
     passes, per_prompt = 0, []

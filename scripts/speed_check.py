@@ -1,7 +1,9 @@
 """The speed checks of one interleaved `specdecode bench` run, from its runs.jsonl: per method and k,
 tokens/s over the code prompts, the Spec-Bench mix and all prompts (total new tokens over total
 seconds, prefill included, as the bench's own tokens/s), against plain torch and llama.cpp plain;
-then, per proposer, k=auto against the best fixed k of the same proposer.
+then, per proposer, k=auto against the best fixed k of the same proposer, both as the ratio of the
+pooled rates and as the median over prompts of the per-prompt ratio (one run that the shared machine
+slowed down moves the first, hardly the second).
 
     python scripts/speed_check.py BENCH_DIR [BENCH_DIR ...]      (one directory per temperature)
 
@@ -9,6 +11,7 @@ Prints markdown.
 """
 
 import json
+import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -16,8 +19,18 @@ from pathlib import Path
 CODE = "code_completion"
 
 
-def rates(path: Path) -> tuple[float, dict]:
-    runs = [json.loads(line) for line in (path / "runs.jsonl").read_text().splitlines() if line.strip()]
+def load(path: Path) -> list[dict]:
+    return [json.loads(line) for line in (path / "runs.jsonl").read_text().splitlines() if line.strip()]
+
+
+def per_prompt_ratio(runs: list[dict], method: str, k: str, other_k: str, group: str) -> float:
+    """Median over the group's prompts of method@k's tokens/s over method@other_k's."""
+    rate = {(r["prompt_id"], str(r["k"])): r["tokens_per_s"] for r in runs if r["method"] == method
+            and group in ("all", "code" if r["category"] == CODE else "mix")}
+    return statistics.median(rate[p, k] / rate[p, other_k] for p, kk in rate if kk == k and (p, other_k) in rate)
+
+
+def rates(runs: list[dict]) -> tuple[float, dict]:
     sums: dict = defaultdict(lambda: [0, 0.0])
     for r in runs:
         for group in ("all", "code" if r["category"] == CODE else "mix"):
@@ -29,7 +42,8 @@ def rates(path: Path) -> tuple[float, dict]:
 
 def main(dirs: list[str]) -> None:
     for d in dirs:
-        temperature, rate = rates(Path(d))
+        runs = load(Path(d))
+        temperature, rate = rates(runs)
         methods = sorted({(m, k) for m, k, _ in rate}, key=lambda mk: (mk[0] != "plain", mk[0], mk[1]))
         print(f"\n### T = {temperature:g} ({d})\n")
         print("| method | k | tok/s all | vs plain: all | mix | code | code vs llama.cpp |")
@@ -40,8 +54,8 @@ def main(dirs: list[str]) -> None:
             row.append(f"{rate[m, k, 'code'] / rate['llamacpp', '-', 'code']:.2f}x" if ("llamacpp", "-", "code") in rate
                        else "-")
             print(f"| {m} | {k} | " + " | ".join(row) + " |")
-        print("\n| proposer | group | k=auto tok/s | best fixed k | its tok/s | auto / best |")
-        print("|---|---|---|---|---|---|")
+        print("\n| proposer | group | k=auto tok/s | best fixed k | its tok/s | auto / best | median per prompt |")
+        print("|---|---|---|---|---|---|---|")
         for m in sorted({m for m, k in methods if k == "auto"}):
             for group in ("all", "mix", "code"):
                 fixed = {k: rate[m, k, group] for mm, k in methods if mm == m and k not in ("auto", "-")}
@@ -49,7 +63,9 @@ def main(dirs: list[str]) -> None:
                     continue
                 best = max(fixed, key=fixed.get)
                 auto = rate[m, "auto", group]
-                print(f"| {m} | {group} | {auto:.2f} | {best} | {fixed[best]:.2f} | {auto / fixed[best]:.2f}x |")
+                median = per_prompt_ratio(runs, m, "auto", best, group)
+                print(f"| {m} | {group} | {auto:.2f} | {best} | {fixed[best]:.2f} | {auto / fixed[best]:.2f}x "
+                      f"| {median:.2f}x |")
 
 
 if __name__ == "__main__":

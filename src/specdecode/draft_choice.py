@@ -1,6 +1,6 @@
 """`--draft auto`: the default draft model on the runtime, quantisation and vocabulary shortlist
-that makes it fastest beside this target on this machine, measured once (about half a minute) and
-cached per machine, target and dtypes.
+that makes it fastest beside this target on this machine, measured once (under three minutes on a
+2-core CPU, writing the shortlisted GGUFs included) and cached per machine, target and dtypes.
 
 Every candidate is the same 0.5B draft, so the choice changes speed only, never the output
 distribution: the rejection step is exact whatever q is. What differs is what a draft token costs
@@ -161,7 +161,7 @@ def choose(target_spec: str, target_model, tokenizer, dtype: str, draft_dtype: s
         pass
     if log is not None:
         log(f"--draft auto: measuring {len(names)} ways to run the default draft beside this target (once per "
-            "machine; about half a minute)")
+            "machine; a few minutes on a small CPU)")
     drafts, skipped = {}, {}
     for name in names:
         try:

@@ -107,7 +107,7 @@ def models():
                   f"{found['choice']} ({found['why']})", highlight=False)
     if not cached():
         out.print("--draft auto: not measured on this machine yet; the first command that uses it measures it "
-                  "(about half a minute)", highlight=False)
+                  "(a few minutes on a small CPU)", highlight=False)
 
 
 @app.command()
