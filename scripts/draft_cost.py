@@ -20,8 +20,9 @@ SPECS = ("llamacpp:default@q4_0", "llamacpp:default@q4_0+v48k", "llamacpp:defaul
 ROUNDS, TOKENS = 5, 16
 
 
-def timed_decode(runner):
-    """Wrap the llama.cpp runner's llama_decode with a clock; returns a reader of seconds spent."""
+def timed_decode(runner, counting=lambda: True):
+    """Wrap the llama.cpp runner's llama_decode with a clock (counting the calls for which
+    `counting()` is true); returns a reader of seconds spent, which also unwraps it."""
     inner = getattr(runner, "inner", runner)
     lib = inner._lib
     spent = [0.0]
@@ -35,7 +36,8 @@ def timed_decode(runner):
             try:
                 return lib.llama_decode(*args)
             finally:
-                spent[0] += time.perf_counter() - start
+                if counting():
+                    spent[0] += time.perf_counter() - start
 
     inner._lib = Timed()
 

@@ -16,6 +16,8 @@ import sys
 import time
 from collections import defaultdict
 
+from draft_cost import timed_decode  # beside this script
+
 from specdecode import SamplingParams, SpeculativeGenerator
 
 PROMPTS = ["Write a Python function that parses an ISO 8601 date string without using datetime, with tests.",
@@ -41,24 +43,9 @@ def main(out: str, draft: str = "llamacpp:default@q4_0+v32k", k: int = 4) -> Non
     spent: dict = defaultdict(float)
     drafting = [False]
     runner = gen.proposers["draft"].runner
-    inner = getattr(runner, "inner", runner)  # a shortlisted runner wraps the llama.cpp one
-    if hasattr(inner, "_lib"):
-        lib = inner._lib
-
-        class Timed:
-            def __getattr__(self, attr):
-                return getattr(lib, attr)
-
-            def llama_decode(self, *args):
-                start = time.perf_counter()
-                try:
-                    return lib.llama_decode(*args)
-                finally:
-                    # Only a drafting step's decode: a row's prefill (its first sight of the prompt) is not one.
-                    if drafting[0]:
-                        spent["draft: llama_decode"] += time.perf_counter() - start
-
-        inner._lib = Timed()
+    # Only a drafting step's decode counts: a row's prefill (its first sight of the prompt) is not one.
+    in_decode = timed_decode(runner, counting=lambda: drafting[0]) if hasattr(getattr(runner, "inner", runner),
+                                                                              "_lib") else None
     clock(runner, "forward", spent, "draft: runner forward")
     forward = runner.forward
 
@@ -77,6 +64,8 @@ def main(out: str, draft: str = "llamacpp:default@q4_0+v32k", k: int = 4) -> Non
         stats = gen.generate(prompt, SamplingParams(max_new_tokens=64, ignore_eos=True), k=k).stats
         passes += stats["target_passes"] - 1  # the prefill pass is not a decode step
         per_prompt.append({key: stats[key] for key in ("decode_tokens_per_s", "mean_accepted_tokens", "target_passes")})
+    if in_decode is not None:
+        spent["draft: llama_decode"] = in_decode()
     ms = {key: round(1000 * s / passes, 2) for key, s in spent.items()}
     named = ("_plan", "_propose", "_score", "_verify", "_drop_rejected")
     ms["rest of the step"] = round(ms["_decode"] - sum(ms.get(n, 0.0) for n in named), 2)
