@@ -11,9 +11,9 @@ import statistics
 import sys
 import time
 
-from specdecode import shortlist
-from specdecode.loading import _load as load
-from specdecode.models import resolve
+from specdecode.models import shortlist
+from specdecode.models.loader import load
+from specdecode.models.registry import resolve
 
 SPECS = ("llamacpp:default@q4_0", "llamacpp:default@q4_0+v48k", "llamacpp:default@q4_0+v32k",
          "llamacpp:default@q4_0+v16k")

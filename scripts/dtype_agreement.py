@@ -12,9 +12,9 @@ import sys
 
 import torch
 
-from specdecode import suffix_index
-from specdecode.backends.hf import load_model
-from specdecode.models import resolve
+from specdecode.proposers import suffix_index
+from specdecode.models.backends.hf import load_model
+from specdecode.models.registry import resolve
 
 
 def text_ids(tokenizer) -> list[int]:

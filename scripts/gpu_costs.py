@@ -25,10 +25,10 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specdecode.backends.hf_batch import BatchRunner
-from specdecode.backends.hf_static import StaticRunner
-from specdecode.backends.serial import SerialRunner
-from specdecode.tune import sync, time_step, time_widths
+from specdecode.models.backends.hf_batch import BatchRunner
+from specdecode.models.backends.hf_static import StaticRunner
+from specdecode.models.backends.serial import SerialRunner
+from specdecode.advise.tune import sync, time_step, time_widths
 
 SHAPES = {
     "target": dict(label="8B-shaped (Llama-3.1-8B)", vocab_size=128256, hidden_size=4096, intermediate_size=14336,

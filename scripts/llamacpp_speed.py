@@ -12,7 +12,7 @@ import time
 
 import llama_cpp
 
-from specdecode.loading import _load_llamacpp
+from specdecode.models.loader import _load_llamacpp
 
 PROMPT = 700
 

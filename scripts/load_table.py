@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from specdecode import metrics
+from specdecode.bench import metrics
 
 
 def pooled(root: Path) -> dict[int, dict]:

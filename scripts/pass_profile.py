@@ -69,7 +69,7 @@ def main(out: str, draft: str = "llamacpp:default@q4_0+v32k", k: int = 4) -> Non
     ms = {key: round(1000 * s / passes, 2) for key, s in spent.items()}
     named = ("_plan", "_propose", "_score", "_verify", "_drop_rejected")
     ms["rest of the step"] = round(ms["_decode"] - sum(ms.get(n, 0.0) for n in named), 2)
-    from specdecode.backends.dtype_choice import cpu_description
+    from specdecode.models.backends.dtype_choice import cpu_description
 
     result = {"machine": cpu_description(), "draft": draft, "k": k, "passes": passes, "ms_per_pass": ms,
               "prompts": per_prompt}

@@ -6,8 +6,8 @@ it kept plain and the steps it let speculate.
 """
 import json, sys, time, statistics
 from specdecode import SamplingParams, EngineConfig
-from specdecode.loading import SpeculativeGenerator
-from specdecode.request import Request
+from specdecode.models.generator import SpeculativeGenerator
+from specdecode.engine.request import Request
 from specdecode.bench.workloads import load_workload
 
 gen = SpeculativeGenerator.from_pretrained(target="default", draft="llamacpp:default@q4_0", proposer="hybrid",

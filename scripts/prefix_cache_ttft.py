@@ -15,10 +15,10 @@ import sys
 import time
 
 from specdecode import SamplingParams
-from specdecode.backends.hf import parse_dtype
+from specdecode.models.backends.hf import parse_dtype
 from specdecode.bench.report import environment
-from specdecode.loading import build_generator, load_models
-from specdecode.prompts import chat_ids
+from specdecode.models.generator import build_generator, load_models
+from specdecode.engine.prompts import chat_ids
 
 RULES = [
     "Answer in the customer's language and keep replies under 120 words.",

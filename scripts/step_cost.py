@@ -6,11 +6,11 @@ compiled static step (hf-compile:), for the default draft and target after a 300
 
 import sys
 
-from specdecode.backends.hf_batch import BatchRunner
-from specdecode.backends.hf_static import StaticRunner
-from specdecode.backends.serial import SerialRunner
-from specdecode.loading import load_models
-from specdecode.tune import time_step
+from specdecode.models.backends.hf_batch import BatchRunner
+from specdecode.models.backends.hf_static import StaticRunner
+from specdecode.models.backends.serial import SerialRunner
+from specdecode.models.generator import load_models
+from specdecode.advise.tune import time_step
 
 CONTEXT = list(range(1000, 1300))
 

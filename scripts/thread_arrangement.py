@@ -56,7 +56,7 @@ def main(out: str, rounds: int = 3) -> None:
             "draft_ms_per_pass": round(statistics.median(1000 * r["draft_s"] / r["target_passes"] for r in rows), 1),
             "verify_ms_per_pass": round(statistics.median(1000 * r["verify_s"] / r["target_passes"] for r in rows), 1),
         }
-    from specdecode.backends.dtype_choice import cpu_description
+    from specdecode.models.backends.dtype_choice import cpu_description
 
     with open(out, "w") as fh:
         json.dump({"machine": cpu_description(), "summary": summary, "runs": found}, fh, indent=1)

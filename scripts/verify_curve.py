@@ -11,7 +11,7 @@ import statistics
 import sys
 import time
 
-from specdecode.loading import load_generator
+from specdecode.models.generator import load_generator
 
 WIDTHS = (1, 2, 4, 8, 12, 16)
 RUNTIMES = ("default/bf16", "default/fp32", "default/int8", "default/w8a8", "llamacpp:default", "llamacpp:default@q4_0",

@@ -30,7 +30,7 @@ import tiny  # noqa: E402
 from live_server import live_server  # noqa: E402
 
 from specdecode import SpeculativeGenerator  # noqa: E402
-from specdecode.engine import EngineConfig  # noqa: E402
+from specdecode.engine.engine import EngineConfig  # noqa: E402
 from specdecode.server import create_app  # noqa: E402
 
 

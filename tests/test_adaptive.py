@@ -3,8 +3,8 @@
 import pytest
 
 from specdecode import SamplingParams
-from specdecode.adaptive import AdaptiveK
-from specdecode.costs import AcceptanceTracker, CostCurve
+from specdecode.policy.auto_k import AdaptiveK
+from specdecode.policy.costs import AcceptanceTracker, CostCurve
 
 
 def test_controller_grows_on_full_acceptance_and_shrinks_on_rejection():
@@ -85,8 +85,8 @@ def test_cost_cap_follows_draft_cost_and_acceptance():
 
 
 def test_choice_follows_the_costs_and_probes_while_off():
-    from specdecode.adaptive import SourceChoice
-    from specdecode.costs import PassCosts
+    from specdecode.policy.auto_k import SourceChoice
+    from specdecode.policy.costs import PassCosts
 
     costs = PassCosts()
     c = AdaptiveK(k_max=8, k=8)
@@ -109,8 +109,8 @@ def test_choice_follows_the_costs_and_probes_while_off():
 
 def test_choice_between_sources_follows_their_acceptance_and_cost():
     """The hybrid: free lookup drafts where they are accepted, the dear draft model elsewhere."""
-    from specdecode.adaptive import SourceChoice
-    from specdecode.costs import PassCosts
+    from specdecode.policy.auto_k import SourceChoice
+    from specdecode.policy.costs import PassCosts
 
     costs = PassCosts()
     costs.verify = CostCurve({1: 0.1, 9: 0.11})
@@ -130,7 +130,7 @@ def test_choice_between_sources_follows_their_acceptance_and_cost():
 
 
 def test_auto_with_an_expensive_draft_drafts_only_probes(twin_gen):
-    from specdecode.costs import PassCosts
+    from specdecode.policy.costs import PassCosts
 
     costs = PassCosts()
     costs.verify = CostCurve({1: 0.1, 16: 0.1})
@@ -199,8 +199,8 @@ def test_lookup_match_lengths_are_sources_of_their_own():
 def test_auto_skips_weak_lookup_matches_but_keeps_strong_ones():
     """With its own acceptance per match length, auto can stop drafting after one-token matches
     that are never accepted while it goes on drafting after three-token matches that are."""
-    from specdecode.adaptive import SourceChoice
-    from specdecode.costs import PassCosts
+    from specdecode.policy.auto_k import SourceChoice
+    from specdecode.policy.costs import PassCosts
 
     costs = PassCosts()
     costs.verify = CostCurve({1: 0.1, 9: 0.102})

@@ -3,7 +3,7 @@
 import torch
 
 import tiny
-from specdecode.backends.hf_batch import BatchRunner
+from specdecode.models.backends.hf_batch import BatchRunner
 from tiny import reference_logits
 
 

@@ -6,11 +6,11 @@ import itertools
 import pytest
 import torch
 
-from specdecode.costs import AcceptanceTracker, CostCurve, PassCosts
+from specdecode.policy.costs import AcceptanceTracker, CostCurve, PassCosts
 from specdecode import SpeculativeGenerator
-from specdecode.load_policy import LoadPolicy, RowPlan
-from specdecode.request import QueueFull, Request, RequestError
-from specdecode.sampling import InvalidParameter, SamplingParams
+from specdecode.policy.load_cap import LoadPolicy, RowPlan
+from specdecode.engine.request import QueueFull, Request, RequestError
+from specdecode.sampling.params import InvalidParameter, SamplingParams
 
 BatchRequest = Request
 
@@ -248,7 +248,7 @@ def test_policy_charges_a_draft_models_catch_up_to_the_step_that_turns_it_on():
 
 
 def test_a_row_alone_drafts_after_a_catch_up_only_if_its_remaining_tokens_repay_it():
-    from specdecode.planning import catch_up_pays
+    from specdecode.engine.step_plan import catch_up_pays
 
     costs = costs_of(CostCurve({1: 0.10, 8: 0.11}), CostCurve({1: 0.01}))
     costs.observe_catch_up(128, 0.128)  # 1 ms a context token

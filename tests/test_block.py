@@ -8,8 +8,9 @@ import torch
 
 import toy
 from specdecode import SamplingParams
-from specdecode.rejection import block_rejection_sample  # the public name (block.py holds it)
-from specdecode.rejection import _check_shapes, _uniform, rejection_sample, sample_rows
+from specdecode.rejection import block_rejection_sample  # the public name (verification/block.py holds it)
+from specdecode.verification.draws import check_shapes, sample_rows, uniform
+from specdecode.verification.rejection import rejection_sample
 from test_exactness import ALPHA, L, N, T1, assert_exact, check, tables
 
 
@@ -17,14 +18,14 @@ def wrong_block_rule(draft_tokens, draft_probs, target_probs, generator=None):
     """vllm-ascend's rule before its fix: the block's weights as the acceptance test, but the plain
     token-level residual max(0, p - q) after a rejection. Kept to show that the tests catch it."""
     B, k = draft_tokens.shape
-    _check_shapes(draft_tokens, draft_probs, target_probs)
+    check_shapes(draft_tokens, draft_probs, target_probs)
     p = target_probs.double()
     q = draft_probs.double()
     rows = torch.arange(B)
     p_x = p[:, :k].gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1)
     q_x = q.gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1)
     w = torch.cumprod(torch.clamp(p_x / q_x, max=1.0), dim=1)
-    eta = _uniform((B, k), generator, p.device)
+    eta = uniform((B, k), generator, p.device)
     tau = torch.where(eta < w, torch.arange(1, k + 1).expand(B, k), torch.zeros(B, k, dtype=torch.long)).max(1).values
     p_next = p[rows, tau]
     residual = (p_next - q[rows, tau.clamp(max=k - 1)]).clamp(min=0)
@@ -193,7 +194,7 @@ def test_engine_block_verifier_is_exact_greedy_and_per_request(small_draft_gen, 
 def test_engine_block_joint_distribution(near_draft_gen, target_model):
     from collections import Counter
 
-    from specdecode.goodness import one_sample
+    from specdecode.checks.goodness import one_sample
     from test_exactness import BATCH_PROMPT, TOPK, exact_model_joint
 
     counts = Counter()

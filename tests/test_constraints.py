@@ -16,10 +16,10 @@ import torch
 
 import tiny
 from test_exactness import ALPHA, assert_exact, exact_model_joint
-from specdecode.constraints import GrammarSpec, PenaltyCounts
-from specdecode.goodness import one_sample
-from specdecode.request import Request
-from specdecode.sampling import InvalidParameter, SamplingParams
+from specdecode.sampling.constraints import GrammarSpec, PenaltyCounts
+from specdecode.checks.goodness import one_sample
+from specdecode.engine.request import Request
+from specdecode.sampling.params import InvalidParameter, SamplingParams
 
 N = 1500
 PROMPT = [5, 6, 7, 8]

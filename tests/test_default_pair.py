@@ -7,7 +7,7 @@ minutes); later runs load the cached bf16 checkpoints in seconds.
 import pytest
 
 from specdecode import SamplingParams, SpeculativeGenerator
-from specdecode.models import BUNDLED, DEFAULT_DRAFT, DEFAULT_TARGET, cache_dir
+from specdecode.models.registry import BUNDLED, DEFAULT_DRAFT, DEFAULT_TARGET, cache_dir
 
 pytestmark = pytest.mark.realmodel
 

@@ -1,7 +1,7 @@
 """The demo's pieces on tiny models: plain beside the speculative configuration, and its notes."""
 
 from specdecode import SamplingParams
-from specdecode import demo
+from specdecode.advise import demo
 
 
 def test_rows_compare_each_prompt_with_plain(twin_gen):

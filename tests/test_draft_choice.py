@@ -6,9 +6,10 @@ import pytest
 import torch
 
 import tiny
-from specdecode import draft_choice
-from specdecode.loading import as_runner, load_models
-from specdecode.models import ModelError
+from specdecode.models import draft_choice
+from specdecode.models.generator import load_models
+from specdecode.models.loader import as_runner
+from specdecode.models.registry import ModelError
 
 
 def test_agreement_is_the_acceptance_of_the_rejection_rule():
@@ -91,7 +92,7 @@ def test_models_reports_what_auto_chose(tiny_dirs, tmp_path, monkeypatch, capsys
     import sys
 
     from specdecode import cli
-    from specdecode.backends import dtype_choice
+    from specdecode.models.backends import dtype_choice
 
     monkeypatch.setenv("SPECDECODE_CACHE", str(tmp_path))
     monkeypatch.setattr(dtype_choice, "choice", lambda cache=None: {"dtype": "bfloat16", "why": "measured"})

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from specdecode.backends import dtype_choice
-from specdecode.backends.hf import parse_dtype
+from specdecode.models.backends import dtype_choice
+from specdecode.models.backends.hf import parse_dtype
 
 
 def ms(bf16, fp32, w8a8):

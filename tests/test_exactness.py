@@ -17,10 +17,10 @@ import pytest
 import torch
 
 import toy
-from specdecode.goodness import one_sample
-from specdecode.naive import naive_rejection_sample
-from specdecode.rejection import rejection_sample
-from specdecode.sampling import SamplingParams
+from specdecode.checks.goodness import one_sample
+from specdecode.checks.naive import naive_rejection_sample
+from specdecode.verification.rejection import rejection_sample
+from specdecode.sampling.params import SamplingParams
 
 ALPHA = 1e-3
 N = 30_000
@@ -161,7 +161,7 @@ def test_control_stop_rule_on_the_sampled_token_is_rejected():
 
 
 def test_same_seed_same_tokens_and_batch_independence():
-    from specdecode.rejection import rejection_sample
+    from specdecode.verification.rejection import rejection_sample
 
     torch.manual_seed(3)
     V, k = 9, 4
@@ -191,7 +191,7 @@ TOPK = SamplingParams(temperature=1.0, top_k=3, max_new_tokens=3, ignore_eos=Tru
 def exact_model_joint(model, prompt, params, L, shape=None):
     """P(x_1..x_L | prompt) under the sampling transform, by walking the (top-k) support;
     shape(logits, prefix), when given, transforms the target's logits first (penalties, a mask)."""
-    from specdecode.sampling import probs_from_logits
+    from specdecode.sampling.params import probs_from_logits
 
     out = {(): 1.0}
     for _ in range(L):
@@ -213,7 +213,7 @@ def batched_samples(gen):
     other temperatures and prompts, k fixed and auto, rows joining and leaving every step."""
     from collections import Counter
 
-    from specdecode.request import Request as BatchRequest
+    from specdecode.engine.request import Request as BatchRequest
 
     engine = gen
     fillers = [("ngram", 3, SamplingParams(temperature=0.0, max_new_tokens=5)),
@@ -259,7 +259,7 @@ class FixedCosts:
     below: k depends on what earlier passes and requests accepted."""
 
     def __new__(cls):
-        from specdecode.costs import CostCurve, PassCosts
+        from specdecode.policy.costs import CostCurve, PassCosts
 
         costs = PassCosts()
         costs.verify = CostCurve({1: 0.1, 16: 0.1})

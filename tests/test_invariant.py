@@ -7,9 +7,10 @@ from collections import Counter
 import pytest
 import torch
 
-from specdecode import SamplingParams, invariant
-from specdecode.goodness import one_sample
-from specdecode.request import Request
+from specdecode import SamplingParams
+from specdecode.verification import invariant
+from specdecode.checks.goodness import one_sample
+from specdecode.engine.request import Request
 
 T1 = SamplingParams(temperature=1.0, top_p=0.9, max_new_tokens=16, ignore_eos=True)
 PROMPTS = [[5, 6, 7, 8, 9, 5, 6, 7], [40, 41], [3], [100, 101, 102, 100, 101]]
@@ -102,7 +103,7 @@ def test_control_noise_reused_across_positions_is_rejected(near_draft_gen, exact
 
     real = invariant.gumbel
     monkeypatch.setattr(invariant, "gumbel", lambda seed, position, width: real(seed, 0, width))
-    import specdecode.request as request_module
+    import specdecode.engine.request as request_module
 
     monkeypatch.setattr(request_module, "gumbel", invariant.gumbel)
     result = one_sample(joint_counts(near_draft_gen), exact, alpha=ALPHA)

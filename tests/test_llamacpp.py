@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from specdecode import SamplingParams, SpeculativeGenerator
-from specdecode.backends import llamacpp
-from specdecode.models import ModelError
+from specdecode.models.backends import llamacpp
+from specdecode.models.registry import ModelError
 
 needs_llamacpp = pytest.mark.skipif(not llamacpp.available(), reason="llama-cpp-python is not installed")
 PROMPT = "Write a Python function that returns the n-th Fibonacci number."
@@ -28,7 +28,7 @@ def test_missing_extra_is_a_clear_error(monkeypatch):
 
 @pytest.fixture(scope="module")
 def draft_runner():
-    from specdecode.models import resolve
+    from specdecode.models.registry import resolve
 
     return llamacpp.LlamaCppRunner.load(resolve("default", "draft").gguf, n_ctx=1024, max_rows=4)
 
@@ -104,7 +104,7 @@ def test_unknown_quantisation_is_a_clear_error():
 @pytest.mark.realmodel
 def test_requantised_draft_is_smaller_and_still_agrees(draft_runner):
     """llamacpp:default@q4_0: requantised once by llama.cpp (cached), fewer bytes per token."""
-    from specdecode.loading import load_models
+    from specdecode.models.generator import load_models
 
     _, _, runner, _ = load_models("default", "llamacpp:default@q4_0", "int8")
     assert runner.gguf.name.endswith("@q4_0.gguf")
@@ -139,7 +139,7 @@ def test_llamacpp_draft_for_a_torch_target_is_exact_greedy():
 def test_llamacpp_target_and_draft_batch_like_one_request():
     """Both models on llama.cpp, several requests at once: each row gets the tokens it gets alone
     (greedy; the target's batched kernels may round a near-tie otherwise, hence short outputs)."""
-    from specdecode.request import Request
+    from specdecode.engine.request import Request
 
     gen = SpeculativeGenerator.from_pretrained(target="llamacpp:default", draft="llamacpp:default@q4_0",
                                                proposer="hybrid")

@@ -6,8 +6,8 @@ import zipfile
 import pytest
 
 import tiny
-from specdecode import models
-from specdecode.models import BundledModel, ModelError
+from specdecode.models import registry as models
+from specdecode.models.registry import BundledModel, ModelError
 
 
 def make_part_wheel(folder, package, version, index, payload: bytes, record_payload: bytes | None = None):

@@ -7,7 +7,7 @@ import pytest
 from transformers import Qwen2Config
 
 from specdecode import cli
-from specdecode import plan as planner
+from specdecode.advise import plan as planner
 
 
 def test_70b_on_h100_by_hand():

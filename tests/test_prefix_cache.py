@@ -4,8 +4,8 @@ import torch
 
 import tiny
 from specdecode import SamplingParams, SpeculativeGenerator
-from specdecode.backends.hf_batch import BatchRunner
-from specdecode.backends.prefix_cache import MIN_MATCH, PrefixCache
+from specdecode.models.backends.hf_batch import BatchRunner
+from specdecode.models.backends.prefix_cache import MIN_MATCH, PrefixCache
 
 SYSTEM = list(range(10, 70))  # a 60-token "system prompt"
 

@@ -78,7 +78,7 @@ def test_models_health_and_plain_completion(server, tok):
     assert out["object"] == "text_completion" and out["choices"][0]["finish_reason"] == "length"
     assert out["usage"] == {"prompt_tokens": len(prompt_ids), "completion_tokens": 12,
                             "total_tokens": len(prompt_ids) + 12}
-    from specdecode.sampling import SamplingParams
+    from specdecode.sampling.params import SamplingParams
 
     alone = engine.generate(prompt_ids, SamplingParams(max_new_tokens=12, ignore_eos=True), k=3, chat=False)
     assert out["choices"][0]["text"] == alone.text
@@ -319,7 +319,7 @@ def test_the_official_openai_client(server, tok):
     text = client.completions.create(model=MODEL, prompt="abab", max_tokens=6, temperature=0, seed=3,
                                      extra_body={"ignore_eos": True, "speculative": {"proposer": "hybrid", "k": 2}})
     prompt_ids = tok("abab")["input_ids"]
-    from specdecode.sampling import SamplingParams
+    from specdecode.sampling.params import SamplingParams
 
     alone = engine.generate(prompt_ids, SamplingParams(max_new_tokens=6, ignore_eos=True), k=0, chat=False,
                             proposer="none")

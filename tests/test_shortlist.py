@@ -11,12 +11,13 @@ import pytest
 import torch
 
 import tiny
-from specdecode import SamplingParams, SpeculativeGenerator, shortlist
-from specdecode.backends import llamacpp
-from specdecode.backends.hf_batch import BatchRunner
-from specdecode.goodness import one_sample
-from specdecode.models import ModelError
-from specdecode.naive import naive_rejection_sample
+from specdecode import SamplingParams, SpeculativeGenerator
+from specdecode.models import shortlist
+from specdecode.models.backends import llamacpp
+from specdecode.models.backends.hf_batch import BatchRunner
+from specdecode.checks.goodness import one_sample
+from specdecode.models.registry import ModelError
+from specdecode.checks.naive import naive_rejection_sample
 
 from test_exactness import ALPHA, BATCH_N, assert_exact, exact_model_joint
 
@@ -48,7 +49,7 @@ def test_names_and_sizes():
 
 
 def test_the_real_tokenizers_list_covers_its_text(tok):
-    from specdecode.models import resolve
+    from specdecode.models.registry import resolve
     from transformers import AutoTokenizer
 
     real = AutoTokenizer.from_pretrained(str(resolve("default", "draft").path))
@@ -120,7 +121,7 @@ def test_greedy_with_a_shortlisted_draft_equals_plain(target_model, tok):
 
 
 def test_a_target_shortlist_is_refused():
-    from specdecode.loading import load_models
+    from specdecode.models.generator import load_models
 
     with pytest.raises(ModelError, match="the target keeps its full vocabulary"):
         load_models("default+v32k", None)
@@ -132,8 +133,8 @@ needs_llamacpp = pytest.mark.skipif(not llamacpp.available(), reason="llama-cpp-
 @needs_llamacpp
 @pytest.mark.realmodel
 def test_the_shortlisted_gguf_scores_the_list_as_the_full_draft_does():
-    from specdecode.loading import load_draft
-    from specdecode.models import resolve
+    from specdecode.models.loader import load_draft
+    from specdecode.models.registry import resolve
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(resolve("default", "draft").path))

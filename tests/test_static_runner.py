@@ -7,8 +7,8 @@ import torch
 import tiny
 from tiny import reference_logits
 from specdecode import SamplingParams, SpeculativeGenerator
-from specdecode.backends.hf_static import StaticRunner
-from specdecode.request import Request
+from specdecode.models.backends.hf_static import StaticRunner
+from specdecode.engine.request import Request
 
 
 def script(runner):

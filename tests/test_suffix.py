@@ -6,11 +6,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from specdecode.goodness import one_sample
-from specdecode.naive import naive_rejection_sample
+from specdecode.checks.goodness import one_sample
+from specdecode.checks.naive import naive_rejection_sample
 from specdecode.proposers.suffix import SuffixProposer, band
-from specdecode.sampling import SamplingParams
-from specdecode.suffix_index import SuffixIndex
+from specdecode.sampling.params import SamplingParams
+from specdecode.proposers.suffix_index import SuffixIndex
 
 from test_exactness import ALPHA, assert_exact, exact_model_joint
 

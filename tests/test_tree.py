@@ -17,10 +17,10 @@ import torch
 
 import tiny
 import toy
-from specdecode.goodness import one_sample
-from specdecode.request import Request
-from specdecode.sampling import InvalidParameter, SamplingParams, probs_from_logits
-from specdecode.tree import exact_residual, trie, trim, walk, walk_invariant
+from specdecode.checks.goodness import one_sample
+from specdecode.engine.request import Request
+from specdecode.sampling.params import InvalidParameter, SamplingParams, probs_from_logits
+from specdecode.verification.tree import exact_residual, trie, trim, walk, walk_invariant
 
 ALPHA = 1e-3
 N = 20_000
@@ -252,7 +252,7 @@ def test_greedy_tree_output_equals_plain(near_draft_gen, proposer, monkeypatch):
 def test_a_tree_pass_scores_each_path_as_its_own_chain(target_model):
     """Tree attention: each node's logits are those of its path fed as a chain, rows of other
     widths and rolled-back columns beside it, and after prune the row continues from the path."""
-    from specdecode.backends.hf_batch import BatchRunner
+    from specdecode.models.backends.hf_batch import BatchRunner
 
     runner = BatchRunner(target_model)
     runner.add_rows([1, 2, 3, 4, 5], 2)
@@ -278,8 +278,8 @@ def test_a_tree_pass_scores_each_path_as_its_own_chain(target_model):
 
 def test_a_tree_is_refused_where_it_cannot_run(near_draft_gen, tok):
     from specdecode import SpeculativeGenerator
-    from specdecode.backends.hf_static import StaticRunner
-    from specdecode.backends.serial import SerialRunner
+    from specdecode.models.backends.hf_static import StaticRunner
+    from specdecode.models.backends.serial import SerialRunner
 
     with pytest.raises(InvalidParameter, match="verifier 'token'"):
         near_draft_gen.generate([5, 6], SamplingParams(max_new_tokens=2), tree=4, verifier="block", chat=False)

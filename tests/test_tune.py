@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from specdecode import cli
-from specdecode.tune import Acceptance, Costs, acceptance_from, candidates, load_config, predict, recommend
+from specdecode.advise.tune import Acceptance, Costs, acceptance_from, candidates, load_config, predict, recommend
 
 
 def run_ok(monkeypatch, capsys, *args) -> str:
@@ -153,7 +153,7 @@ def test_draft_step_is_scaled_to_what_real_draft_passes_cost():
 
 
 def test_plain_is_recommended_when_no_proposer_pays():
-    from specdecode.tune import predict_plain
+    from specdecode.advise.tune import predict_plain
 
     costs = Costs(verify_s={1: 0.10, 2: 0.15, 3: 0.20}, draft_token_s=0.0, lookup_s=0.0)
     rare = Acceptance("ngram", 2, accepted_at=[0.02, 0.0], drafted_at=[1, 1], other_per_pass_s=0.01)
@@ -168,7 +168,7 @@ def test_acceptance_chances_by_hand():
 
     from specdecode import SamplingParams
     from specdecode.proposers import Proposal
-    from specdecode.verifier import TokenVerifier
+    from specdecode.verification.verifier import TokenVerifier
 
     def verify_drafts(logits, drafts, q, params, generator):
         v = TokenVerifier()(logits, Proposal(drafts, None if q is None else q[0]), params, generator)
@@ -185,7 +185,7 @@ def test_acceptance_chances_by_hand():
 
 
 def test_record_pass_books_the_chance_of_reaching_each_position():
-    from specdecode.stats import GenerationStats
+    from specdecode.engine.stats import GenerationStats
 
     s = GenerationStats()
     s.record_pass(3, 1, 0.0, 0.0, [0.9, 0.5, 0.8])
@@ -223,7 +223,7 @@ def test_control_a_biased_chance_is_detected(near_draft_gen, monkeypatch):
     import numpy as np
     from scipy import stats
 
-    from specdecode.verifier import TokenVerifier, Verdict
+    from specdecode.verification.verifier import TokenVerifier, Verdict
 
     real = TokenVerifier.__call__
 
@@ -239,7 +239,7 @@ def test_control_a_biased_chance_is_detected(near_draft_gen, monkeypatch):
 def test_proposers_share_one_verify_scale():
     """Each acceptance run would scale the curve by its own minutes on the machine; the comparison
     between proposers uses one scale pooled over their passes."""
-    from specdecode.tune import candidates
+    from specdecode.advise.tune import candidates
 
     costs = Costs(verify_s={1: 0.10, 2: 0.10, 3: 0.10}, draft_token_s=0.0, lookup_s=0.0)
     fast = Acceptance("draft", 2, accepted_at=[0.5, 0.2], drafted_at=[1, 1], other_per_pass_s=0.0,
@@ -255,7 +255,7 @@ def test_proposers_share_one_verify_scale():
 
 
 def test_verify_curve_is_fitted_non_decreasing():
-    from specdecode.tune import monotone
+    from specdecode.advise.tune import monotone
 
     fitted = monotone({1: 0.20, 2: 0.22, 3: 0.25, 4: 0.27, 5: 0.21, 6: 0.25, 7: 0.22})
     values = [fitted[w] for w in sorted(fitted)]

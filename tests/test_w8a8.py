@@ -7,8 +7,8 @@ import torch
 
 import tiny
 from specdecode import SamplingParams, SpeculativeGenerator
-from specdecode.backends.hf import load_model
-from specdecode.backends.w8a8 import W8A8Linear, quantise
+from specdecode.models.backends.hf import load_model
+from specdecode.models.backends.w8a8 import W8A8Linear, quantise
 
 
 def dynamic_int8(model):

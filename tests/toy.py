@@ -11,8 +11,8 @@ import itertools
 
 import torch
 
-from specdecode.rejection import rejection_sample
-from specdecode.sampling import SamplingParams, probs_from_logits
+from specdecode.verification.rejection import rejection_sample
+from specdecode.sampling.params import SamplingParams, probs_from_logits
 
 
 def random_table(V: int, seed: int, scale: float = 1.5) -> torch.Tensor:

@@ -1,10 +1,10 @@
 """specdecode: exact speculative decoding with draft-model and n-gram proposers."""
 
-from .engine import Engine, EngineConfig, GenerationOutput, RequestError
-from .loading import SpeculativeGenerator
-from .models import ModelError
-from .rejection import rejection_sample
-from .sampling import InvalidParameter, SamplingParams, probs_from_logits
+from .engine.engine import Engine, EngineConfig, GenerationOutput, RequestError
+from .models.generator import SpeculativeGenerator
+from .models.registry import ModelError
+from .verification.rejection import rejection_sample
+from .sampling.params import InvalidParameter, SamplingParams, probs_from_logits
 
 __version__ = "0.1.0"
 

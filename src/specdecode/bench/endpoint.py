@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from .. import metrics
+from . import metrics
 
 SPEC_COUNTERS = ("spec_decode_num_drafts", "spec_decode_num_draft_tokens", "spec_decode_num_accepted_tokens")
 

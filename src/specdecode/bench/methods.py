@@ -12,11 +12,11 @@ from typing import Protocol
 import psutil
 import torch
 
-from ..engine import Engine
+from ..engine.engine import Engine
 from ..proposers import WITH_DRAFT
 from ..proposers.suffix import memories_for
-from ..loading import backend_name, torch_model
-from ..sampling import SamplingParams
+from ..models.loader import backend_name, torch_model
+from ..sampling.params import SamplingParams
 
 ENGINE_METHODS = {"plain": "none", "draft": "draft", "ngram": "ngram", "suffix": "suffix", "hybrid": "hybrid",
                   "hybrid-suffix": "hybrid-suffix"}
@@ -171,7 +171,7 @@ class LlamaCppMethod:
     takes_auto = False
 
     def __init__(self, name: str, gguf, eos_token_ids):
-        from ..backends.llamacpp import load_llama
+        from ..models.backends.llamacpp import load_llama
 
         self.name = name
         self.takes_k = name == "llamacpp-pld"
@@ -212,8 +212,8 @@ def make_method(name: str, gen: Engine, target_spec: str, target_model, tokenize
                 assistant=None):
     """One bench method over the loaded models; raises with the reason when it cannot run here.
     `assistant`: hf-assisted's draft (default: draft_model), a transformers model or None."""
-    from ..loading import eos_ids
-    from ..models import resolve
+    from ..models.loader import eos_ids
+    from ..models.registry import resolve
 
     if name in ENGINE_METHODS:
         return EngineMethod(name, gen)

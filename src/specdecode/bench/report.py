@@ -18,7 +18,7 @@ RESULT_KEYS = (
 
 
 def environment(dtype: str, draft_dtype: str, target: str, draft: str) -> dict:
-    from ..backends.dtype_choice import cpu_description
+    from ..models.backends.dtype_choice import cpu_description
 
     cpu = cpu_description()
     return {

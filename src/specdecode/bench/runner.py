@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import metrics
-from ..engine import chat_ids
-from ..sampling import SamplingParams
+from . import metrics
+from ..engine.engine import chat_ids
+from ..sampling.params import SamplingParams
 from .methods import ALL_METHODS, Method, Run
 from .workloads import Prompt
 

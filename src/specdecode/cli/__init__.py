@@ -13,9 +13,9 @@ import sys
 import typer
 from rich.console import Console
 
-from ..request import RequestError
-from ..models import ModelError
-from ..sampling import InvalidParameter, SamplingParams
+from ..engine.request import RequestError
+from ..models.registry import ModelError
+from ..sampling.params import InvalidParameter, SamplingParams
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Exact speculative decoding: generate, verify, benchmark, tune and plan.")
@@ -56,7 +56,7 @@ def summary_line(stats: dict, proposer: str, k: int) -> str:
 def from_config(path, target, draft, proposer, dtype, draft_dtype, k, draft_context):
     """A `tune --save` file's choices replace the flags: (target, draft, proposer, dtype, draft_dtype, k,
     draft_context)."""
-    from ..tune import load_config
+    from ..advise.tune import load_config
 
     saved = load_config(path)
     return (saved.get("target", target), saved.get("draft") or draft, saved.get("proposer", proposer),

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from ..sampling import InvalidParameter, SamplingParams
+from ..sampling.params import InvalidParameter, SamplingParams
 from . import (DType, Draft, DraftContext, DraftDType, Target, app, check_draft_context, err, out, parse_list)
 from .render import print_plan
 
@@ -48,7 +48,7 @@ def plan(
     """Plan memory, sharding and the speculative speedup for a deployment (a model, not a measurement)."""
     import dataclasses
 
-    from .. import plan as planner
+    from ..advise import plan as planner
 
     name = planner.ALIASES.get(gpu.lower(), gpu.lower())
     if name not in planner.DEVICES:
@@ -107,12 +107,12 @@ def plan(
 
 
 def _plan_shape(spec, params, role, **overrides):
-    from .. import plan as planner
+    from ..advise import plan as planner
 
     if spec:
         from transformers import AutoConfig
 
-        from ..models import resolve
+        from ..models.registry import resolve
 
         resolved = resolve(spec, role)
         return planner.shape_from_config(AutoConfig.from_pretrained(str(resolved.path)), spec)
@@ -168,7 +168,7 @@ def tune(
 
     from rich.progress import Progress
 
-    from .. import tune as tuner
+    from ..advise import tune as tuner
     from ..bench.workloads import load_workload
     from ..proposers import PROPOSERS, WITH_DRAFT
 
@@ -260,7 +260,7 @@ def tune(
 
 
 def load_for_tune(target, draft, dtype, draft_dtype, draft_context=None):
-    from ..loading import SpeculativeGenerator
+    from ..models.generator import SpeculativeGenerator
 
     return SpeculativeGenerator.from_pretrained(target=target, draft=draft, proposer="draft" if draft else "none",
                                                dtype=dtype, draft_dtype=draft_dtype, draft_context=draft_context)

@@ -7,8 +7,8 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from ..request import check_tree
-from ..sampling import InvalidParameter, SamplingParams
+from ..engine.request import check_tree
+from ..sampling.params import InvalidParameter, SamplingParams
 from . import (DType, Draft, DraftContext, DraftDType, SuffixTokens, Target, app, check_draft_context,
                check_suffix_tokens, err, from_config, out, parse_k, parse_list)
 
@@ -72,13 +72,14 @@ def bench(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
 
-    from ..backends.hf import parse_dtype
+    from ..models.backends.hf import parse_dtype
     from ..bench.methods import ALL_METHODS, EngineMethod, make_method
     from ..bench.report import environment, write_outputs
     from ..bench.runner import BenchConfig, Grid, aggregate, run_grid
     from ..bench.workloads import length_sweep, load_workload
-    from ..draft_choice import AUTO
-    from ..loading import backend_name, build_generator, choose_draft, load_draft, load_models, torch_model
+    from ..models.draft_choice import AUTO
+    from ..models.generator import build_generator, choose_draft, load_models
+    from ..models.loader import backend_name, load_draft, torch_model
     from ..proposers import WITH_DRAFT
 
     if config:  # the saved models and dtypes replace the flags; the saved k joins the compared ones
@@ -236,7 +237,7 @@ def schema_grammar(path: str | None, methods: list[str]):
     from pathlib import Path
 
     from ..bench.methods import ENGINE_METHODS
-    from ..constraints import GrammarSpec
+    from ..sampling.constraints import GrammarSpec
 
     peers = [m for m in methods if m not in ENGINE_METHODS]
     if peers:
@@ -274,7 +275,7 @@ def bench_endpoint(endpoint, workload, categories, limit, concurrency, requests,
     if tokenizer_spec:
         from transformers import AutoTokenizer
 
-        from ..models import resolve
+        from ..models.registry import resolve
 
         tokenizer = AutoTokenizer.from_pretrained(str(resolve(tokenizer_spec, "tokenizer").path))
     records, raw = [], []

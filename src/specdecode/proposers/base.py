@@ -7,8 +7,8 @@ from typing import Protocol
 
 import torch
 
-from ..sampling import SamplingParams
-from ..tree import chain_length, depths
+from ..sampling.params import SamplingParams
+from ..verification.tree import chain_length, depths
 
 
 class Row(Protocol):
@@ -45,7 +45,7 @@ class Proposal:
     # Context tokens processed before the first draft (a draft model catching up on what the
     # lookup drafted or plain passes emitted): a cost of the switch, not of each drafted token.
     fed: int = 1
-    # A tree (tree.py): each token's parent, an earlier index or -1 for the row's last context
+    # A tree (verification/tree.py): each token's parent, an earlier index or -1 for the row's last context
     # token; None: a chain. The leading chain comes first, then the branches. probs then holds one
     # row per node (one-hot for a deterministic node), and shares each node's estimated fraction of
     # its parent's continuations, which tree.trim weighs against the pass's cost.

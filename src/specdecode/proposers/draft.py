@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..backends.base import Runner
-from ..invariant import gumbel_argmax
-from ..sampling import SamplingParams, pad_vocab, probs_from_logits, sample_from
+from ..models.backends.base import Runner
+from ..verification.invariant import gumbel_argmax
+from ..sampling.params import SamplingParams, pad_vocab, probs_from_logits, sample_from
 from .base import Proposal
 
 # Draft tokens a row may be behind (while other rows draft) before it is re-prefilled alone.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..tree import trie
+from ..verification.tree import trie
 from .base import Proposal, Stateless
 
 # Occurrences of the matched suffix whose continuations a tree merges (the most recent ones).

@@ -7,7 +7,7 @@ edits that restate files, multi-turn chats) is where speculation pays most, and 
 outputs finds it (SuffixDecoding, Oliaro et al., NeurIPS 2025; vLLM's `method: suffix`). No draft
 model runs, so on a CPU a proposal costs a lookup.
 
-Each pass looks in two indexes (suffix_index.py): the request's own (prompt + output so far) and
+Each pass looks in two indexes (proposers/suffix_index.py): the request's own (prompt + output so far) and
 the shared memory of recent outputs (bounded by tokens, least recently useful evicted), and takes
 the continuation with the higher expected number of right tokens. How far it drafts follows the
 match: at most `factor` x match length + `offset` tokens, and only while the continuation's
@@ -28,8 +28,8 @@ from __future__ import annotations
 import contextlib
 from collections import OrderedDict
 
-from ..suffix_index import Match, SuffixIndex
-from ..tree import trie
+from .suffix_index import Match, SuffixIndex
+from ..verification.tree import trie
 from .base import Proposal
 
 BANDS = (16, 8, 4, 2, 1)

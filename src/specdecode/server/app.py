@@ -22,11 +22,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from ..engine import Engine
-from ..prompts import chat_ids
-from ..request import QueueFull, RequestError
-from ..request import Request as EngineRequest
-from ..sampling import InvalidParameter
+from ..engine.engine import Engine
+from ..engine.prompts import chat_ids
+from ..engine.request import QueueFull, RequestError
+from ..engine.request import Request as EngineRequest
+from ..sampling.params import InvalidParameter
 from .metrics import ServerMetrics
 from .protocol import ChatRequest, CommonRequest, CompletionRequest
 from .responses import Chunks, TokenText, full_response
@@ -106,7 +106,7 @@ def create_app(engine: Engine, model_name: str, default_k: int | str = 4, defaul
     """suffix_scope: whose earlier outputs the suffix proposer drafts from: every request's
     (shared), the same client's (its API key, else its `user` field; a request with neither uses no
     memory), or nobody's (off). logprobs_mode: the distribution logprobs report when a request does
-    not say (logprobs.py)."""
+    not say (verification/logprobs.py)."""
     if suffix_scope not in SUFFIX_SCOPES:
         raise ValueError(f"the suffix memory's scope is one of {', '.join(SUFFIX_SCOPES)}, got {suffix_scope!r}")
     metrics = ServerMetrics(model_name)

@@ -16,9 +16,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..constraints import GrammarSpec
-from ..logprobs import MAX_TOP
-from ..sampling import InvalidParameter, SamplingParams
+from ..sampling.constraints import GrammarSpec
+from ..verification.logprobs import MAX_TOP
+from ..sampling.params import InvalidParameter, SamplingParams
 
 MAX_N = 16  # choices per request (each is a row of the batch)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import time
 
-from ..logprobs import TokenLogprob
-from ..request import Request as EngineRequest
+from ..verification.logprobs import TokenLogprob
+from ..engine.request import Request as EngineRequest
 
 
 def _byte_level_table() -> dict[str, int]:

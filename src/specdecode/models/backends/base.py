@@ -1,0 +1,71 @@
+"""The interfaces model backends implement for the engine and the draft proposer."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+
+class Runner(Protocol):
+    """Many sequences (rows) of one causal LM, each with its own KV cache state and length.
+
+    Rows are addressed by their index, in the order they were added; removing rows closes the gaps.
+    Every backend implements this; one that cannot batch runs its rows one after another
+    (backends.serial.SerialRunner), never a separate code path in the engine.
+
+    A runner that sets `trees = True` also scores trees (tree drafting, verification/tree.py):
+    forward(feeds, parents=...) with parents[b][j] the index in feeds[b] of the token that token j
+    follows (-1: the row's cache), then prune(keep) keeps the fed tokens keep[b] of each row (a path
+    from its first token down) and drops the rest. The engine refuses trees on other runners.
+    """
+
+    vocab_size: int  # width of the logits it returns
+    max_context: int  # positions one row may hold
+    backend: str  # what runs it, as reports name it: torch, torch-static, torch-compiled, llamacpp
+
+    @property
+    def rows(self) -> int:
+        """Rows currently held."""
+
+    def length(self, row: int) -> int:
+        """Tokens in a row's cache."""
+
+    def add_rows(self, prefix: list[int], count: int = 1) -> None:
+        """`count` new rows at the end, each starting with `prefix` in its cache (prefilled once)."""
+
+    def forward(self, feeds: list[list[int]], last_only: bool = False) -> list[torch.Tensor]:
+        """Append feeds[b] (possibly empty) to row b; per row, float32 logits [len(feeds[b]), V] for
+        every new position, or [1, V] for the last one only (last_only, which skips LM-head work);
+        a row fed nothing gets [0, V]."""
+
+    def rollback(self, drop: list[int]) -> None:
+        """Forget the last drop[b] tokens of each row (rejected drafts)."""
+
+    def remove_rows(self, rows: list[int]) -> None:
+        """These rows leave; their cache is freed."""
+
+
+class SequenceRunner(Protocol):
+    """One sequence's cache: a backend that cannot batch implements this, and SerialRunner runs
+    one per row."""
+
+    vocab_size: int
+    max_context: int
+    backend: str
+
+    @property
+    def length(self) -> int:
+        """Number of tokens currently in the KV cache."""
+
+    def reset(self) -> None:
+        """Empty the cache for a new sequence."""
+
+    def forward(self, tokens: list[int], all_logits: bool = False) -> torch.Tensor:
+        """Append `tokens`; float32 logits [n, V] for every new position, or [1, V] for the last."""
+
+    def truncate(self, length: int) -> None:
+        """Keep the first `length` cached tokens, dropping the rest."""
+
+    def spawn(self) -> "SequenceRunner":
+        """Another empty runner over the same weights (a new row)."""

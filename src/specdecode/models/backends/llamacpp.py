@@ -1,0 +1,253 @@
+"""llama.cpp backend (optional extra `llamacpp`): a GGUF model run by llama-cpp-python.
+
+It implements the same Runner protocol as the transformers backend, so it can be the draft, the
+target, or both, for one row or many; our rejection step runs on the logits it returns. llama.cpp's
+KV cache is indexed by position: rolling back rejected drafts removes the cache cells past the kept
+length, nothing is copied.
+
+We drive llama_decode ourselves instead of `Llama.eval`, because eval with logits_all computes the
+LM head for every prompt token and keeps an n_ctx x vocab float array (2.5 GB for a 151k vocabulary
+at 4096 positions); here logits are requested only for the positions a caller needs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..registry import ModelError
+
+
+def available() -> bool:
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def require() -> None:
+    if not available():
+        raise ModelError("the llama.cpp backend needs llama-cpp-python: pip install 'specdecode[llamacpp]' "
+                         "(it builds llama.cpp from source, about 6 minutes on 2 cores)")
+
+
+# llama.cpp's file types for requantisation (`llamacpp:MODEL@q4_0`): a cheaper draft reads fewer
+# bytes per token; acceptance tells whether it still agrees with the target.
+QUANTS = {"q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q4_k_m": 15, "q5_k_m": 17, "q6_k": 18}
+
+
+def split_quant(name: str) -> tuple[str, str | None]:
+    """'default@q4_0' -> ('default', 'q4_0'); a name without '@' has no requantisation."""
+    base, sep, quant = name.rpartition("@")
+    if not sep:
+        return name, None
+    quant = quant.lower()
+    if quant not in QUANTS:
+        raise ModelError(f"unknown llama.cpp quantisation '{quant}': choose one of {', '.join(QUANTS)}")
+    return base, quant
+
+
+def requantized(gguf: Path, quant: str) -> Path:
+    """The GGUF requantised to `quant` by llama.cpp's own quantiser (its rules: the layers' matrices
+    take `quant`, the output projection keeps a higher precision), once; cached beside the original."""
+    require()
+    import llama_cpp
+
+    from ..registry import locked
+
+    out = gguf.with_name(f"{gguf.stem}@{quant}.gguf")
+    with locked(f"quant-{out.name}"):
+        if out.is_file():
+            return out
+        params = llama_cpp.llama_model_quantize_default_params()
+        params.ftype = QUANTS[quant]
+        params.allow_requantize = True
+        params.quantize_output_tensor = True
+        params.nthread = default_threads()
+        tmp = out.with_suffix(".tmp")
+        from ..registry import console
+
+        with console.status(f"requantising {gguf.name} to {quant} with llama.cpp (once, cached)"):
+            failed = llama_cpp.llama_model_quantize(str(gguf).encode(), str(tmp).encode(), ctypes.byref(params)) != 0
+        if failed:
+            tmp.unlink(missing_ok=True)
+            raise ModelError(f"llama.cpp could not requantise {gguf} to {quant}")
+        tmp.replace(out)
+        return out
+
+
+def default_threads() -> int:
+    return int(os.environ.get("SPECDECODE_LLAMACPP_THREADS") or len(os.sched_getaffinity(0)))
+
+
+def load_llama(path: str | Path, n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512,
+               logits_all: bool = False):
+    """A llama_cpp.Llama over a GGUF file, quiet, with logits only where asked for (logits_all: for
+    llama-cpp-python's own speculative generation, which keeps n_ctx rows of logits)."""
+    require()
+    from llama_cpp import Llama
+
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"no GGUF file at {path}")
+    threads = n_threads or default_threads()
+    try:
+        return Llama(model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch, n_threads=threads,
+                     n_threads_batch=threads, logits_all=logits_all, verbose=False)
+    except (ValueError, RuntimeError) as exc:
+        raise ModelError(f"llama.cpp could not load {path}: {exc}") from exc
+
+
+class LlamaCppRunner:
+    """Runner over one llama.cpp context holding every row as its own sequence id.
+
+    One `llama_batch` carries all rows' tokens of a pass, each token tagged with its row's sequence
+    id and position, so that a verify pass over B rows is one llama_decode. Rollback removes the
+    cells past a row's kept length (`llama_memory_seq_rm`); rows sharing a prompt are prefilled
+    once and copied (`llama_memory_seq_cp`). The KV cells are unified: all rows draw from
+    `total_ctx` cells (by default 4 x n_ctx), and one row may hold up to `n_ctx` positions.
+    """
+
+    backend = "llamacpp"
+
+    def __init__(self, llm, gguf: Path | None = None, n_ctx: int = 4096, max_rows: int = 16,
+                 total_ctx: int | None = None, embeddings=None):
+        import llama_cpp
+        from llama_cpp import _internals
+
+        self.llm = llm  # owns the weights; its own one-sequence context is left unused (and tiny)
+        self.gguf = gguf
+        self.vocab_size = int(llm.n_vocab())
+        self.max_context = n_ctx
+        self.max_rows = max_rows
+        params = type(llm.context_params).from_buffer_copy(llm.context_params)
+        params.n_ctx = total_ctx or n_ctx * min(max_rows, 4)
+        params.n_seq_max = max_rows
+        params.kv_unified = True
+        self._ctx = _internals.LlamaContext(model=llm._model, params=params, verbose=False)
+        self._lib = llama_cpp
+        self._n_batch = int(params.n_batch)
+        # embeddings (a shortlist.EmbeddingTable): tokens go in as their embedding vectors, looked
+        # up in a table other than the model's own (a shortlisted draft's holds only its list).
+        self._embeddings = embeddings
+        self._batch = llama_cpp.llama_batch_init(self._n_batch, embeddings.width if embeddings else 0, 1)
+        self._free = list(range(max_rows - 1, -1, -1))  # sequence ids not in use
+        self.seq: list[int] = []  # sequence id of each row
+        self.lengths: list[int] = []
+
+    def __del__(self):
+        batch, self._batch = getattr(self, "_batch", None), None
+        if batch is not None:
+            self._lib.llama_batch_free(batch)
+
+    @classmethod
+    def load(cls, path: str | Path, n_ctx: int = 4096, n_threads: int | None = None,
+             max_rows: int = 16, embeddings=None) -> "LlamaCppRunner":
+        return cls(load_llama(path, n_ctx=64, n_threads=n_threads), Path(path), n_ctx=n_ctx, max_rows=max_rows,
+                   embeddings=embeddings)
+
+    @staticmethod
+    def vocab_of(path: Path) -> int:
+        """Rows of a GGUF's output matrix (the logits' width), read from its header."""
+        import gguf
+
+        tensors = {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
+        return int((tensors.get("output.weight") or tensors["token_embd.weight"]).shape[1])
+
+    @property
+    def rows(self) -> int:
+        return len(self.seq)
+
+    def length(self, row: int) -> int:
+        return self.lengths[row]
+
+    def add_rows(self, prefix: list[int], count: int = 1) -> None:
+        if count > len(self._free):
+            raise ValueError(f"the llama.cpp runner holds at most {self.max_rows} rows: load it with more")
+        if len(prefix) > self.max_context:
+            raise ValueError(f"{len(prefix)} tokens do not fit the llama.cpp context of {self.max_context}")
+        first = self._free.pop()
+        self.seq.append(first)
+        self.lengths.append(0)
+        if prefix:
+            self._decode([(len(self.seq) - 1, prefix)], last_only=True)
+        for _ in range(count - 1):
+            sid = self._free.pop()
+            self._lib.llama_memory_seq_cp(self._ctx.memory, first, sid, -1, -1)
+            self.seq.append(sid)
+            self.lengths.append(len(prefix))
+
+    def forward(self, feeds: list[list[int]], last_only: bool = False) -> list[torch.Tensor]:
+        if len(feeds) != self.rows:
+            raise ValueError(f"expected {self.rows} rows, got {len(feeds)}")
+        for b, feed in enumerate(feeds):
+            if self.lengths[b] + len(feed) > self.max_context:
+                raise ValueError(f"{self.lengths[b] + len(feed)} tokens do not fit the llama.cpp context of "
+                                 f"{self.max_context}: load it with a larger n_ctx")
+        return self._decode([(b, feed) for b, feed in enumerate(feeds)], last_only)
+
+    def rollback(self, drop: list[int]) -> None:
+        for b, d in enumerate(drop):
+            if d:
+                self.lengths[b] -= d
+                self._lib.llama_memory_seq_rm(self._ctx.memory, self.seq[b], self.lengths[b], -1)
+
+    def remove_rows(self, rows: list[int]) -> None:
+        gone = set(rows)
+        for b in sorted(gone):
+            self._lib.llama_memory_seq_rm(self._ctx.memory, self.seq[b], -1, -1)
+            self._free.append(self.seq[b])
+        self.seq = [s for b, s in enumerate(self.seq) if b not in gone]
+        self.lengths = [n for b, n in enumerate(self.lengths) if b not in gone]
+
+    def _decode(self, feeds: list[tuple[int, list[int]]], last_only: bool) -> list[torch.Tensor]:
+        """Every (row, tokens) in as few llama_decode calls as n_batch allows; logits where wanted."""
+        wanted: list[tuple[int, int]] = []  # (row, index in the llama_batch) of each logit wanted
+        out: dict[int, list[torch.Tensor]] = {b: [] for b, _ in feeds}
+        batch, n = self._batch, 0
+
+        fed: list[int] = []
+
+        def flush():
+            nonlocal n
+            if n == 0:
+                return
+            batch.n_tokens = n
+            if self._embeddings is not None:
+                vectors = self._embeddings.rows(fed)
+                ctypes.memmove(batch.embd, vectors.ctypes.data, vectors.nbytes)
+                fed.clear()
+            code = self._lib.llama_decode(self._ctx.ctx, batch)
+            if code != 0:
+                raise RuntimeError(f"llama_decode returned {code} (no free KV cells: fewer rows or a larger "
+                                   "context)" if code == 1 else f"llama_decode returned {code}")
+            for b, i in wanted:  # llama_get_logits_ith takes the token's index in the batch
+                ptr = self._lib.llama_get_logits_ith(self._ctx.ctx, i)
+                out[b].append(torch.from_numpy(np.ctypeslib.as_array(ptr, shape=(self.vocab_size,)).copy()))
+            wanted.clear()
+            n = 0
+
+        for b, tokens in feeds:
+            for j, token in enumerate(tokens):
+                if n == self._n_batch:
+                    flush()
+                keep = j == len(tokens) - 1 or not last_only
+                if self._embeddings is not None:
+                    fed.append(token)
+                else:
+                    batch.token[n] = token
+                batch.pos[n] = self.lengths[b] + j
+                batch.n_seq_id[n] = 1
+                batch.seq_id[n][0] = self.seq[b]
+                batch.logits[n] = keep
+                if keep:
+                    wanted.append((b, n))
+                n += 1
+            self.lengths[b] += len(tokens)
+        flush()
+        return [torch.stack(out[b]) if out[b] else torch.zeros((0, self.vocab_size)) for b, _ in feeds]

@@ -1,0 +1,122 @@
+"""Build a SpeculativeGenerator from model specs or already-loaded transformers models."""
+
+from __future__ import annotations
+
+from ..engine.engine import Engine, EngineConfig
+from ..proposers import PROPOSERS, WITH_DRAFT, DraftModelProposer, HybridProposer, NgramProposer, NoProposer, SuffixProposer
+from . import draft_choice
+from .backends.hf import parse_dtype
+from .loader import as_runner, eos_ids, load, load_draft, torch_model
+from .registry import ModelError, check_vocab_compatible
+
+
+class SpeculativeGenerator(Engine):
+    """The engine (engine.Engine), with constructors that load the models."""
+
+    @classmethod
+    def from_pretrained(cls, target: str = "default", draft: str | None = "auto", proposer: str = "draft",
+                        dtype: str = "auto", **options) -> "SpeculativeGenerator":
+        """Load models by spec ('default', a directory, a .gguf file, a cached Hugging Face id).
+        The draft "auto" is the default draft on the runtime measured fastest beside this target on
+        this machine (models/draft_choice.py; measured on first use, cached).
+
+        `draft` is ignored unless the proposer needs a draft model. Every generator can also run
+        "ngram", "suffix" and "none" per request. Options: draft_dtype, ngram_max, ngram_min,
+        draft_context, suffix_memory (tokens of recent outputs the suffix proposer keeps),
+        prefix_cache (tokens of recent prompts whose KV is kept), config (engine.EngineConfig).
+        """
+        return load_generator(target=target, draft=draft, proposer=proposer, dtype=dtype, **options)
+
+    @classmethod
+    def from_models(cls, target_model, tokenizer, proposer: str = "draft", draft_model=None, draft_tokenizer=None,
+                    **options) -> "SpeculativeGenerator":
+        """Wrap already-loaded transformers models or runners (e.g. built from a config in a test)."""
+        return build_generator(target_model, tokenizer, proposer, draft_model, draft_tokenizer, **options)
+
+
+def load_generator(
+    target: str = "default",
+    draft: str | None = "auto",
+    proposer: str = "draft",
+    dtype: str = "auto",
+    draft_dtype: str | None = None,
+    config: EngineConfig | None = None,
+    **options,
+) -> SpeculativeGenerator:
+    """draft_dtype defaults to dtype; int8 drafts are cheap and cost nothing in exactness. Options
+    are build_generator's (ngram_max, ngram_min, draft_context, suffix_memory, prefix_cache)."""
+    _check_proposer(proposer)
+    config = config or EngineConfig()
+    target_model, tokenizer, draft_model, draft_tokenizer = load_models(
+        target, draft if proposer in WITH_DRAFT else None, dtype, draft_dtype, max_rows=config.max_batch
+    )
+    gen = build_generator(target_model, tokenizer, proposer, draft_model, draft_tokenizer, config=config, **options)
+    if draft_model is not None and draft.strip() == draft_choice.AUTO:  # measured and cached by load_models
+        chosen = choose_draft(target, target_model, tokenizer, dtype, draft_dtype)
+        gen.info["draft_choice"] = {"choice": chosen["choice"], "why": chosen["why"]}
+        draft = chosen["choice"]
+    gen.info.update(target=target, draft=draft if draft_model is not None else None, dtype=parse_dtype(dtype),
+                    draft_dtype=parse_dtype(draft_dtype or dtype) if draft_model is not None else None)
+    return gen
+
+
+def load_models(target: str, draft: str | None, dtype: str = "auto", draft_dtype: str | None = None,
+                max_rows: int = 8):
+    """(target model, tokenizer, draft model or None, draft tokenizer or None), vocabularies checked;
+    llama.cpp models come as runners with room for max_rows rows (and a scratch row)."""
+    dtype = parse_dtype(dtype)
+    draft_dtype = parse_dtype(draft_dtype or dtype)
+    target_model, tokenizer = load(target, "target", dtype, max_rows)
+    if not draft:
+        return target_model, tokenizer, None, None
+    if draft.strip() == draft_choice.AUTO:
+        draft = choose_draft(target, target_model, tokenizer, dtype, draft_dtype)["choice"]
+    return (target_model, tokenizer, *load_draft(draft, draft_dtype, target_model, tokenizer, max_rows))
+
+
+def choose_draft(target: str, target_model, tokenizer, dtype: str, draft_dtype: str | None = None) -> dict:
+    """What `--draft auto` runs beside this target here: draft_choice's measured pick (cached)."""
+    import sys
+
+    return draft_choice.choose(target, target_model, tokenizer, parse_dtype(dtype), parse_dtype(draft_dtype or dtype),
+                               log=lambda line: print(line, file=sys.stderr))
+
+
+def build_generator(
+    target_model,
+    tokenizer,
+    proposer: str = "draft",
+    draft_model=None,
+    draft_tokenizer=None,
+    ngram_max: int = 3,
+    ngram_min: int = 1,
+    draft_context: int | None = None,
+    suffix_memory: int = 100_000,
+    prefix_cache: int = 0,
+    config: EngineConfig | None = None,
+) -> SpeculativeGenerator:
+    """The generator over loaded models. Every generator can also run `ngram`, `suffix` and `none`
+    per request; `draft`, `hybrid` and `hybrid-suffix` (a lookup first, else the draft) when a draft
+    model is given. suffix_memory: tokens of recent outputs the suffix proposer keeps (0: none);
+    prefix_cache: tokens of recent prompts whose KV the transformers target and draft keep, each
+    (0: none; backends/prefix_cache.py)."""
+    _check_proposer(proposer)
+    runner = as_runner(target_model, prefix_cache)
+    proposers = {"none": NoProposer(), "ngram": NgramProposer(max_n=ngram_max, min_n=ngram_min),
+                 "suffix": SuffixProposer(memory_tokens=suffix_memory)}
+    if draft_model is not None:
+        draft_runner = as_runner(draft_model, prefix_cache)
+        check_vocab_compatible(tokenizer, draft_tokenizer or tokenizer, runner.vocab_size, draft_runner.vocab_size)
+        proposers["draft"] = DraftModelProposer(draft_runner, runner.vocab_size, context_window=draft_context)
+        proposers["hybrid"] = HybridProposer(proposers["ngram"], proposers["draft"])
+        proposers["hybrid-suffix"] = HybridProposer(proposers["suffix"], proposers["draft"], name="hybrid-suffix")
+    elif proposer in WITH_DRAFT:
+        raise ModelError(f"the {proposer} proposer needs a draft model")
+    return SpeculativeGenerator(runner, tokenizer, proposers, default_proposer=proposer,
+                                eos_token_ids=eos_ids(torch_model(target_model) or target_model, tokenizer),
+                                config=config)
+
+
+def _check_proposer(name: str) -> None:
+    if name not in PROPOSERS:
+        raise ModelError(f"unknown proposer '{name}': choose one of {', '.join(PROPOSERS)}")

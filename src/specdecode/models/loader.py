@@ -1,0 +1,131 @@
+"""Load one model by spec (transformers or llama.cpp, a shortlisted draft) and wrap it as a runner."""
+
+from __future__ import annotations
+
+from . import shortlist
+from .backends.hf import load_model, logit_width, parse_dtype, world_size
+from .backends.hf_batch import BatchRunner
+from .backends.serial import SerialRunner
+from .registry import ModelError, check_vocab_compatible, resolve, split_backend
+
+
+def load(spec: str, role: str, dtype: str, max_rows: int = 8):
+    """(transformers model or runner, tokenizer)."""
+    backend = backend_of(spec)
+    if backend == "llamacpp":
+        return _load_llamacpp(spec, role, max_rows)
+    name, vocab = _split_shortlist(spec, role)
+    resolved = resolve(name if vocab else spec, role)
+    try:
+        # Under torchrun the target is sharded; the (small) draft is replicated on every rank.
+        model, tokenizer = load_model(str(resolved.path), dtype, tensor_parallel=role == "target" and world_size() > 1)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelError(f"could not load the {role} model from {resolved.path}: {exc}") from exc
+    if backend in ("hf-static", "hf-compile"):
+        from .backends.hf_static import StaticRunner
+
+        if vocab is not None:
+            raise ModelError(f"'{spec}': the vocabulary shortlist runs on the hf and llamacpp backends")
+        return StaticRunner(model, compile=backend == "hf-compile"), tokenizer
+    if vocab is not None:
+        full = logit_width(model)
+        ids = shortlist.shortlist_for(tokenizer, full, vocab)
+        return shortlist.Shortlisted(BatchRunner(shortlist.slice_head(model, ids)), ids, full), tokenizer
+    return model, tokenizer
+
+
+def load_draft(spec: str, dtype: str, target_model, tokenizer, max_rows: int = 8):
+    """(draft model or runner, its tokenizer), checked against the target's vocabulary."""
+    draft_model, draft_tokenizer = load(spec, "draft", parse_dtype(dtype), max_rows)
+    check_vocab_compatible(tokenizer, draft_tokenizer, vocab_width(target_model), vocab_width(draft_model))
+    return draft_model, draft_tokenizer
+
+
+def _load_llamacpp(spec: str, role: str, max_rows: int):
+    """llamacpp:MODEL[@QUANT][+vN]: the GGUF as it is (or requantised once by llama.cpp, or with its
+    vocabulary cut to a shortlist of N tokens: models/shortlist.py), with the tokenizer of its converted
+    checkpoint."""
+    from transformers import AutoTokenizer
+
+    from .backends.llamacpp import LlamaCppRunner, requantized, split_quant
+
+    name, vocab = _split_shortlist(spec, role)
+    name, quant = split_quant(name)
+    resolved = resolve(name, role)
+    if resolved.gguf is None:
+        raise ModelError(f"the llama.cpp backend loads GGUF files, and the {role} '{spec}' is not one: "
+                         "give a .gguf file or a bundled model name")
+    gguf = requantized(resolved.gguf, quant) if quant else resolved.gguf
+    tokenizer = AutoTokenizer.from_pretrained(str(resolved.path))
+    # One more row than the batch: calibration times a scratch row beside nothing else, and a
+    # rejoining draft row is re-added before it is removed.
+    if vocab is None:
+        return LlamaCppRunner.load(gguf, max_rows=max_rows + 1), tokenizer
+    full = LlamaCppRunner.vocab_of(gguf)
+    ids = shortlist.shortlist_for(tokenizer, full, vocab, byte_tokens=True)
+    runner = LlamaCppRunner.load(shortlist.shortlisted_gguf(gguf, ids), max_rows=max_rows + 1,
+                                 embeddings=shortlist.EmbeddingTable(gguf))
+    return shortlist.Shortlisted(runner, ids, full), tokenizer
+
+
+def _split_shortlist(spec: str, role: str) -> tuple[str, int | None]:
+    """The spec without its backend prefix, and its shortlist size (drafts only)."""
+    name, vocab = shortlist.split_vocab(split_backend(spec.strip())[1])
+    if vocab is not None and role != "draft":
+        raise ModelError(f"'{spec}': a vocabulary shortlist is for drafts; the target keeps its full vocabulary "
+                         "(its p must cover every token for the rejection step to be exact)")
+    return name, vocab
+
+
+def backend_of(spec: str) -> str:
+    """hf or llamacpp, as the spec's prefix says; unprefixed, a .gguf file given by path goes to
+    llama.cpp when it is installed (bundled names and "default" stay on transformers)."""
+    backend, name = split_backend(spec.strip())
+    if backend is not None:
+        return backend
+    if name.endswith(".gguf"):
+        from .backends import llamacpp
+
+        return "llamacpp" if llamacpp.available() else "hf"
+    return "hf"
+
+
+def is_runner(model) -> bool:
+    """A runner (every runner names its backend), not a bare transformers model."""
+    return hasattr(model, "backend")
+
+
+def as_runner(model, prefix_cache: int = 0):
+    """A batch Runner: transformers models get one cache for all rows (and a prefix cache of that
+    many tokens), single-sequence runners run their rows one after another, batch runners pass
+    through."""
+    if not is_runner(model):
+        return BatchRunner(model, prefix_cache=prefix_cache)
+    return model if hasattr(model, "add_rows") else SerialRunner(model)
+
+
+def vocab_width(model) -> int:
+    return model.vocab_size if is_runner(model) else logit_width(model)
+
+
+def backend_name(model) -> str:
+    """The backend running a model or runner, as the bench reports it."""
+    return model.backend if is_runner(model) else "torch"
+
+
+def torch_model(model):
+    """The transformers model behind a model or a torch runner (None for other backends)."""
+    if not is_runner(model):
+        return model
+    return getattr(model, "model", None) if model.backend.startswith("torch") else None
+
+
+def eos_ids(model, tokenizer) -> list[int]:
+    ids: set[int] = set()
+    gen_cfg = getattr(model, "generation_config", None)
+    for source in (getattr(gen_cfg, "eos_token_id", None), getattr(getattr(model, "config", None), "eos_token_id", None),
+                   getattr(tokenizer, "eos_token_id", None)):
+        if source is None:
+            continue
+        ids.update([source] if isinstance(source, int) else source)
+    return sorted(ids)

@@ -1,0 +1,130 @@
+"""Verification: from the target's logits over a row's last token and its drafts to what it emits.
+
+Three rules: the standard rejection step over a chain (TokenVerifier, token by token or the block
+rule), the drafter-invariant one (InvariantVerifier, verification/invariant.py), chosen per request, and the
+multi-candidate walk over a tree of drafts (TreeVerifier, verification/tree.py).
+
+The rule is `rejection.rejection_sample` (exact: the emitted tokens follow the target's p); the
+engine takes the function at construction, so that `verify --naive` and the negative controls can
+run the same engine with a wrong rule and show that the checks catch it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from ..proposers.base import Proposal
+from .invariant import gumbel_argmax
+from .logprobs import logprob_rows, pick
+from .rejection import rejection_sample
+from ..sampling.params import SamplingParams, probs_from_logits
+from .tree import Residual, exact_residual, walk, walk_invariant
+
+RejectFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]  # rejection_sample's signature
+
+
+@dataclass
+class Verdict:
+    tokens: list[int]  # accepted drafts, then one residual or bonus token
+    accepted: int
+    # Each draft's chance of acceptance min(1, p/q), which k=auto and `tune` learn from (see
+    # stats.GenerationStats.expected_per_position).
+    chances: list[float]
+    path: list[int] | None = None  # a tree's accepted nodes, root to leaf (None: a chain's prefix)
+
+
+class TokenVerifier:
+    """Token-by-token verification of a chain of drafts."""
+
+    name = "token"
+
+    def __init__(self, reject: RejectFn = rejection_sample):
+        self.reject = reject
+
+    def __call__(self, logits: torch.Tensor, proposal: Proposal, params: SamplingParams,
+                 generator: torch.Generator | None) -> Verdict:
+        """logits [1 + len(drafts), V]: the target at the row's last token and at each draft."""
+        drafts = proposal.tokens
+        q = None if proposal.probs is None else proposal.probs[: len(drafts)].unsqueeze(0)
+        p = probs_from_logits(logits[: len(drafts) + 1], params).unsqueeze(0)
+        draft_ids = torch.tensor([drafts], dtype=torch.long).reshape(1, len(drafts))
+        tokens, num_accepted = self.reject(draft_ids, q, p, generator)
+        accepted = int(num_accepted[0])
+        chances: list[float] = []
+        if drafts:
+            p_x = p[0, : len(drafts)].gather(-1, draft_ids[0].unsqueeze(-1)).squeeze(-1)
+            q_x = torch.ones_like(p_x) if q is None else q[0].gather(-1, draft_ids[0].unsqueeze(-1)).squeeze(-1)
+            chances = torch.where(q_x > 0, (p_x / q_x.clamp(min=1e-30)).clamp(max=1.0), torch.ones_like(p_x)).tolist()
+        return Verdict(tokens[0, : accepted + 1].tolist(), accepted, chances)
+
+
+class InvariantVerifier:
+    """Accept a draft iff it is the target's Gumbel-max token at its position; emit that token at the
+    first mismatch. Greedy requests never come here (greedy is the standard rule with one-hot p)."""
+
+    name = "invariant"
+
+    def __call__(self, logits: torch.Tensor, proposal: Proposal, params: SamplingParams, noise) -> Verdict:
+        """logits [1 + len(drafts), V]; noise(i): the Gumbel noise of the i-th new position."""
+        drafts = proposal.tokens
+        p = probs_from_logits(logits[: len(drafts) + 1], params)
+        tokens: list[int] = []
+        for i in range(len(drafts) + 1):
+            y = gumbel_argmax(p[i], noise(i))
+            tokens.append(y)
+            if i == len(drafts) or drafts[i] != y:
+                break
+        accepted = len(tokens) - 1
+        # A deterministic draft x had the chance p(x), as under the standard rule; for a sampled
+        # draft no closed form is used: k=auto counts what happened (no chances).
+        chances = [float(p[i, x]) for i, x in enumerate(drafts)] if proposal.probs is None else []
+        return Verdict(tokens, accepted, chances)
+
+
+class TreeVerifier:
+    """A tree of drafts walked from the root with the multi-candidate rule (verification/tree.py)."""
+
+    name = "tree"
+
+    def __init__(self, residual: Residual = exact_residual):
+        self.residual = residual
+
+    def __call__(self, logits: torch.Tensor, proposal: Proposal, params: SamplingParams,
+                 generator: torch.Generator | None, noise=None) -> Verdict:
+        """logits [1 + nodes, V]: the target at the row's last token and at each node; noise(d):
+        the Gumbel noise of the d-th new position for a drafter-invariant row (None: the rule)."""
+        p = probs_from_logits(logits, params)
+        if noise is not None:
+            tokens, path = walk_invariant(proposal.tokens, proposal.parents, p,
+                                          lambda probs, depth: gumbel_argmax(probs, noise(depth)))
+        else:
+            tokens, path = walk(proposal.tokens, proposal.parents, proposal.probs, p, generator, self.residual)
+        return Verdict(tokens, len(path), [], path)
+
+
+def verify_row(r, logits: torch.Tensor, proposal: Proposal, verifier: TokenVerifier,
+               invariant: InvariantVerifier, tree: TreeVerifier) -> Verdict:
+    """One row of a pass: its penalties, bias and grammar shape every position first, by the text
+    before it (as the draft's q was shaped: request.Request.shape; a tree's nodes by their own
+    paths); then the tree walk, the drafter-invariant rule with the noise of its positions, or the
+    token-level / block rejection step with the row's own generator; the emitted tokens' logprobs
+    are read from the same rows (verification/logprobs.py)."""
+    raw = logits[: len(proposal.tokens) + 1]
+    shaped = r.shape(raw, proposal.tokens, proposal.parents)
+    start = len(r.context)
+    noise = (lambda i: r.noise(start + i)) if r.invariant else None
+    if proposal.parents is not None:
+        verdict = tree(shaped, proposal, r.params, r.generator, noise)
+    elif noise is not None:
+        verdict = invariant(shaped, proposal, r.params, noise)
+    else:
+        verdict = verifier(shaped, proposal, r.params, r.generator)
+    if r.logprobs is not None:
+        # The rows the emitted tokens were drawn at: the root's, then each accepted draft's.
+        rows = [0] + [i + 1 for i in verdict.path] if verdict.path is not None else list(range(len(verdict.tokens)))
+        r.pending_logprobs = pick(logprob_rows(raw[rows], shaped[rows], r.params, r.logprobs_mode),
+                                  verdict.tokens, r.logprobs)
+    return verdict
