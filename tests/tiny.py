@@ -54,3 +54,32 @@ def model(hidden: int = 64, layers: int = 2, seed: int = 0, vocab: int = VOCAB, 
 def reference_logits(m, tokens: list[int], n: int) -> torch.Tensor:
     """The last n positions' logits of one uncached forward over the whole sequence."""
     return m(input_ids=torch.tensor([tokens])).logits[0, -n:].float()
+
+
+def char_tokenizer(alphabet: str) -> PreTrainedTokenizerFast:
+    """A character-level tokenizer of len(SPECIALS) + len(alphabet) tokens (unknown characters map to
+    the first special), the kind people build to test a pipeline; no byte fallback, so the
+    vocabulary can be smaller than 256."""
+    vocab = {s: i for i, s in enumerate(SPECIALS)}
+    vocab.update({ch: len(SPECIALS) + i for i, ch in enumerate(alphabet)})
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=SPECIALS[0]))
+    tok.decoder = decoders.Fuse()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   unk_token=SPECIALS[0])
+    fast.add_special_tokens({"additional_special_tokens": SPECIALS})
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+LOWER = " abcdefghijklmnopqrstuvwxyz\n"  # 28 characters: a vocabulary of 31 with the specials
+PRINTABLE = "".join(chr(c) for c in range(32, 127)) + "\n\t"  # 97: a vocabulary of 100
+
+
+def small_vocab_model(tokenizer: PreTrainedTokenizerFast, seed: int = 0, hidden: int = 32) -> Qwen2ForCausalLM:
+    """A tiny model over a small character vocabulary (vocab_size = the tokenizer's length)."""
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=hidden * 2,
+                         num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=512, tie_word_embeddings=False,
+                         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"))
+    return Qwen2ForCausalLM(config).eval()

@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 
 from ..engine.request import check_tree
+from ..models.registry import ModelError
 from ..sampling.params import InvalidParameter, SamplingParams
 from . import (DType, Draft, DraftContext, DraftDType, Proposer, Sampler, SuffixTokens, Target, app,
                check_draft_context, check_prefix_tokens, check_suffix_tokens, err, from_config, out, parse_k,
@@ -266,7 +267,12 @@ def serve(
                                                draft_dtype=draft_dtype, draft_context=window,
                                                suffix_memory=0 if suffix_scope == "off" else suffix_cache_tokens,
                                                prefix_cache=prefix_cache_tokens, config=engine_config)
-    gen.calibrate()
+    from ..policy.calibration import CalibrationError
+
+    try:
+        gen.calibrate()
+    except CalibrationError as exc:
+        raise ModelError(f"cannot serve --target {target} --draft {draft}: {exc}") from None
     gen.grammars()  # llguidance's view of the vocabulary (about a second), paid before the first request
     engine = gen
     name = served_model_name or ("specdecode/" + os.path.basename(str(target).rstrip("/")))
