@@ -19,6 +19,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -28,7 +29,7 @@ from ..engine.request import QueueFull, RequestError
 from ..engine.request import Request as EngineRequest
 from ..sampling.params import InvalidParameter
 from .metrics import ServerMetrics
-from .protocol import ChatRequest, CommonRequest, CompletionRequest
+from .protocol import ERRORS, ChatRequest, CommonRequest, CompletionRequest, describe
 from .responses import Chunks, TokenText, full_response
 
 
@@ -133,11 +134,16 @@ def create_app(engine: Engine, model_name: str, default_k: int | str = 4, defaul
     @app.exception_handler(RequestValidationError)
     async def invalid_body(_request: Request, exc: RequestValidationError):
         metrics.reject("invalid")
-        problems = []
-        for e in exc.errors()[:5]:
-            where = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
-            problems.append(f"{where}: {e.get('msg')}" if where else str(e.get("msg")))
-        return error_response(400, "invalid request: " + "; ".join(problems))
+        return error_response(400, "invalid request: " + describe(exc.errors()))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request: Request, exc: StarletteHTTPException):
+        # Starlette's own refusals (a body it cannot parse, an unknown route or method) in the same
+        # error shape as every other answer.
+        response = error_response(exc.status_code, str(exc.detail), "invalid_request_error" if exc.status_code < 500
+                                  else "server_error")
+        response.headers.update(exc.headers or {})  # e.g. a 405's Allow
+        return response
 
     @app.exception_handler(Rejected)
     async def rejected(_request: Request, exc: Rejected):
@@ -154,17 +160,17 @@ def create_app(engine: Engine, model_name: str, default_k: int | str = 4, defaul
         return {"object": "list", "data": [{"id": model_name, "object": "model", "created": 0,
                                             "owned_by": "specdecode", "max_model_len": gen.target.max_context}]}
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse)
     async def prometheus():
         return PlainTextResponse(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", responses=ERRORS)
     async def completions(body: CompletionRequest, request: Request):
         prompt = body.prompt[0] if isinstance(body.prompt, list) and body.prompt and isinstance(body.prompt[0], str) \
             else body.prompt
         return await serve(body, request, lambda: gen.encode(prompt, chat=False), chat=False)
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", responses=ERRORS)
     async def chat(body: ChatRequest, request: Request):
         def encode():
             messages = [{"role": m.role, "content": m.text()} for m in body.messages]

@@ -12,29 +12,123 @@ override the server's proposer and k for one request.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, WithJsonSchema, field_validator
 
+from ..engine.request import MAX_TREE
 from ..sampling.constraints import GrammarSpec
-from ..verification.logprobs import MAX_TOP
 from ..sampling.params import InvalidParameter, SamplingParams
+from ..verification.logprobs import MAX_TOP
 
+# The bounds below are the ones the engine enforces, written into the schema so that /openapi.json
+# is the contract clients read: a body the schema allows is one the server runs (token ids beyond
+# the model's vocabulary and prompts beyond its context are the exceptions a schema cannot know).
 MAX_N = 16  # choices per request (each is a row of the batch)
+MAX_K = 64  # tokens drafted per pass a request may ask for
+MAX_SEED = 2**53 - 1  # the largest integer every JSON parser holds exactly (choice i uses seed + i)
+
+
+def _json_integer(value):
+    # JSON Schema's integer is a value, not a spelling: 14.0 is the integer 14 (a string never is).
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def integer(**bounds):
+    """An integer field type with its bounds in the schema (in strict models: no strings, no booleans)."""
+    return Annotated[int, Field(**bounds), BeforeValidator(_json_integer)]
+
+
+TokenId = integer(ge=0)
+NonEmpty = Annotated[str, StringConstraints(min_length=1)]
+Penalty = Annotated[float, Field(ge=-2, le=2)]
+TOKEN_KEY = r"^[0-9]{1,10}$"
+# Token id (as a string of digits) -> bias; keys of any other shape are not allowed.
+LogitBias = Annotated[dict[Annotated[str, StringConstraints(pattern=TOKEN_KEY)], Annotated[float, Field(ge=-100, le=100)]],
+                      WithJsonSchema({"type": "object", "additionalProperties": False, "patternProperties": {
+                          TOKEN_KEY: {"type": "number", "minimum": -100, "maximum": 100}}})]
+
+
+# The rule a field follows, in words, for the 400 a body that breaks it gets (pydantic's own message
+# is used for the rest). Keys are field paths in the body.
+RULES = {
+    "n": f"n must be an integer in [1, {MAX_N}] (choices per request)",
+    "logprobs": f"logprobs must be true or false, or (completions) an integer in [0, {MAX_TOP}]: the "
+                "alternatives per token",
+    "prompt": "prompt must be a non-empty string, a non-empty list of token ids, or a list of one non-empty string",
+    "speculative.k": f"speculative.k must be an integer in [0, {MAX_K}] (tokens drafted per pass) or 'auto'",
+    "speculative.tree": f"speculative.tree is the node budget per pass, an integer in [0, {MAX_TREE}] (0: a chain)",
+    "stop": "stop must be a non-empty string or a list of them",
+    "echo": "echo is not supported: it must be false or absent",
+    "response_format": "response_format.type must be text, json_object or json_schema (with json_schema.schema)",
+}
+
+
+def describe(errors: list[dict], limit: int = 3) -> str:
+    """One line naming each field a body breaks and what it must be (pydantic reports a union's
+    every branch: they fold into one entry per field)."""
+    seen: dict[str, str] = {}
+    for e in errors:
+        parts = [str(x) for x in e.get("loc", ()) if x != "body"]
+        # Union branches appear in the path as type tags (bool, constrained-int, list[...]); a field
+        # path keeps names and list indexes only.
+        names = [x for x in parts if x.isidentifier() and x not in ("bool", "int", "str", "float", "dict", "list",
+                                                                     "none") or x.isdigit()]
+        # A discriminated union repeats its tag (response_format.json_schema.json_schema): once is enough.
+        path = ".".join(x for i, x in enumerate(names) if i == 0 or x != names[i - 1])
+        if path in seen:
+            continue
+        rule = RULES.get(path) or RULES.get(path.split(".")[0] if path.startswith(("prompt.", "stop.")) else "")
+        if e.get("type") == "missing":
+            seen[path] = f"{path} is required"
+        elif rule:
+            value = e.get("input")
+            seen[path] = f"{rule}, got {value!r}" if not isinstance(value, (dict, list)) else rule
+        else:
+            seen[path] = f"{path}: {e.get('msg')}" if path else str(e.get("msg"))
+    return "; ".join(list(seen.values())[:limit])
 
 
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
     include_usage: bool = False
     continuous_usage_stats: bool = False  # vLLM's: usage on every chunk
 
 
 class Speculative(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     proposer: Literal["draft", "ngram", "suffix", "hybrid", "hybrid-suffix", "none"] | None = None
-    k: int | Literal["auto"] | None = None
+    k: integer(ge=0, le=MAX_K) | Literal["auto"] | None = None
     verifier: Literal["token", "block"] = "token"
-    tree: int = 0  # node budget per pass for tree drafting (0: a chain); out of [0, 64] is a 400
+    tree: integer(ge=0, le=MAX_TREE) = 0  # node budget per pass for tree drafting (0: a chain)
+
+
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True, strict=True)
+    name: str | None = None
+    description: str | None = None
+    schema_: dict = Field(alias="schema")
+    strict: bool | None = None
+
+
+class TextFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Literal["text"]
+
+
+class JsonObjectFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Literal["json_object"]
+
+
+class JsonSchemaResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Literal["json_schema"]
+    json_schema: JsonSchemaFormat
+
+
+# OpenAI's response_format: text, json_object, or json_schema with the schema to follow.
+ResponseFormat = Annotated[TextFormat | JsonObjectFormat | JsonSchemaResponseFormat, Field(discriminator="type")]
 
 
 # OpenAI, vLLM and SGLang request fields that change what a client gets, which this server does not
@@ -49,28 +143,29 @@ GUIDED = {"guided_json": "json", "guided_regex": "regex", "guided_choice": "choi
 
 
 class CommonRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")  # kept, so that unsupported() can see them
+    # Unknown fields are kept, so that unsupported() can see them. Strict: a body's types are JSON's
+    # own (0 is not false, "1" is not 1), as the schema says.
+    model_config = ConfigDict(extra="allow", strict=True)
     model: str | None = None
-    max_tokens: int | None = None
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int | None = None
-    min_p: float = 0.0
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
+    max_tokens: integer(ge=1) | None = None
+    temperature: float = Field(1.0, ge=0, allow_inf_nan=False)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: integer(ge=-1) | None = None  # -1 and 0: off, as in vLLM
+    min_p: float = Field(0.0, ge=0, le=1)
+    seed: integer(ge=0, le=MAX_SEED) | None = None
+    stop: NonEmpty | list[NonEmpty] | None = None
+    stop_token_ids: list[TokenId] | None = None
     ignore_eos: bool = False
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: int = 1
-    logprobs: Any = None
-    top_logprobs: int | None = None
+    n: integer(ge=1, le=MAX_N) = 1
+    top_logprobs: integer(ge=0, le=MAX_TOP) | None = None
     logprobs_mode: Literal["raw", "processed"] | None = None  # None: the server's --logprobs-mode
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    repetition_penalty: float = 1.0
-    logit_bias: dict[str, float] | None = None
-    response_format: dict | None = None
+    presence_penalty: Penalty = 0.0
+    frequency_penalty: Penalty = 0.0
+    repetition_penalty: float = Field(1.0, gt=0, allow_inf_nan=False)
+    logit_bias: LogitBias | None = None
+    response_format: ResponseFormat | None = None
     structured_outputs: dict | None = None
     speculative: Speculative | None = None
     # "standard" | "invariant" (drafter-invariant sampling); default: invariant when seeded.
@@ -85,8 +180,6 @@ class CommonRequest(BaseModel):
                        "json_schema)" if name in ("tools", "tool_choice", "functions", "function_call") else ""
                 return f"{name} is not supported by this server; it would change the output, so the request is " \
                        f"refused rather than answered without it (see docs/serving.md){hint}"
-        if not isinstance(self.n, int) or not 1 <= self.n <= MAX_N:
-            return f"n must be an integer in [1, {MAX_N}] (choices per request), got {self.n!r}"
         return None
 
     def top(self) -> int | None:
@@ -114,17 +207,10 @@ class CommonRequest(BaseModel):
         found: list[tuple[str, GrammarSpec]] = []
         rf = self.response_format
         if rf is not None:
-            kind = rf.get("type") if isinstance(rf, dict) else None
-            if kind == "json_object":
+            if rf.type == "json_object":
                 found.append(("response_format", GrammarSpec("json", {"type": "object"})))
-            elif kind == "json_schema":
-                spec = rf.get("json_schema")
-                schema = spec.get("schema", spec.get("json_schema")) if isinstance(spec, dict) else None
-                if not isinstance(schema, dict):
-                    raise InvalidParameter("response_format.json_schema.schema must be a JSON schema object")
-                found.append(("response_format", GrammarSpec("json", schema)))
-            elif kind != "text":
-                raise InvalidParameter(f"response_format.type must be text, json_object or json_schema, got {kind!r}")
+            elif rf.type == "json_schema":
+                found.append(("response_format", GrammarSpec("json", rf.json_schema.schema_)))
         extra = self.model_extra or {}
         for name, kind in GUIDED.items():
             if extra.get(name) not in (None, "", [], {}):
@@ -142,58 +228,86 @@ class CommonRequest(BaseModel):
 
 
 class CompletionRequest(CommonRequest):
-    prompt: str | list[int] | list[str]
-    echo: bool = False
+    # One prompt: a string, its token ids, or a list holding one string.
+    prompt: NonEmpty | Annotated[list[TokenId], Field(min_length=1)] | Annotated[list[NonEmpty], Field(min_length=1,
+                                                                                                      max_length=1)]
+    echo: Literal[False] = False  # echoing the prompt back is not implemented
+    # The legacy API: the number of alternatives per token (0: the chosen token's only).
+    logprobs: bool | integer(ge=0, le=MAX_TOP) | None = None
+
+    @field_validator("echo", mode="before")
+    @classmethod
+    def _echo_is_a_boolean(cls, value):
+        # A Literal compares by equality, and 0 == False: only JSON's false is the value the schema allows.
+        if not isinstance(value, bool):
+            raise ValueError("echo must be a boolean")
+        return value
 
     def top(self) -> int | None:
         """The legacy API: logprobs is the number of alternatives (0: the chosen token's only)."""
         lp = self.logprobs
         if lp is None or lp is False:
             return None
-        if lp is True:
-            return 0
-        if not isinstance(lp, int) or not 0 <= lp <= MAX_TOP:
-            raise InvalidParameter(f"logprobs must be an integer in [0, {MAX_TOP}], got {lp!r}")
-        return lp
+        return 0 if lp is True else lp
 
-    def unsupported(self) -> str | None:
-        if self.echo:
-            return "echo is not supported"
-        if isinstance(self.prompt, list) and self.prompt and isinstance(self.prompt[0], str) and len(self.prompt) > 1:
-            return "one prompt per request: send a string (or a list of token ids)"
-        return super().unsupported()
+
+
+class TextPart(BaseModel):
+    """A content part; only text is implemented (an image part is refused by the schema)."""
+    model_config = ConfigDict(extra="ignore", strict=True)
+    type: Literal["text"]
+    text: str
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
     role: Literal["system", "user", "assistant", "tool", "developer"]
-    content: str | list[dict] | None = None
+    content: str | list[TextPart] | None = None
 
     def text(self) -> str:
         if isinstance(self.content, list):
-            parts = []
-            for part in self.content:
-                if part.get("type") != "text":
-                    raise InvalidParameter(f"message content of type {part.get('type')!r} is not supported: "
-                                           "send text parts only")
-                parts.append(str(part.get("text", "")))
-            return "".join(parts)
+            return "".join(part.text for part in self.content)
         return self.content or ""
 
 
 class ChatRequest(CommonRequest):
+    # The schema states what top() enforces: alternatives per token need logprobs: true.
+    model_config = ConfigDict(json_schema_extra={
+        "if": {"properties": {"top_logprobs": {"type": "integer", "minimum": 1}}, "required": ["top_logprobs"]},
+        "then": {"properties": {"logprobs": {"const": True}}, "required": ["logprobs"]}})
+
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = None
+    max_completion_tokens: integer(ge=1) | None = None
+    logprobs: bool | None = None  # a switch; top_logprobs is the number of alternatives
 
     def top(self) -> int | None:
         """The chat API: logprobs is a switch, top_logprobs the number of alternatives."""
-        if self.logprobs not in (None, False, True):
-            raise InvalidParameter(f"logprobs must be true or false, got {self.logprobs!r}")
         top = self.top_logprobs
-        if top is not None and (not 0 <= top <= MAX_TOP):
-            raise InvalidParameter(f"top_logprobs must be in [0, {MAX_TOP}], got {top}")
         if not self.logprobs:
             if top:
                 raise InvalidParameter("top_logprobs needs logprobs: true")
             return None
         return top or 0
+
+
+class ErrorBody(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: int
+
+
+class ErrorResponse(BaseModel):
+    """OpenAI's error shape, which every 4xx and 5xx of this server has."""
+    error: ErrorBody
+
+
+# What a generation request can answer besides 200, for the OpenAPI document.
+ERRORS = {200: {"description": "the completion, or with stream: true its server-sent events",
+               "content": {"text/event-stream": {"schema": {
+              "type": "object", "properties": {"data": {"type": "string"}, "event": {"type": "string"}}}}}},
+          400: {"model": ErrorResponse, "description": "the body breaks a rule; the message names the field"},
+          404: {"model": ErrorResponse, "description": "the model named is not the one served"},
+          429: {"model": ErrorResponse, "description": "the queue is full: retry later"},
+          503: {"model": ErrorResponse, "description": "the server is shutting down"}}
+
