@@ -64,7 +64,9 @@ def from_config(path, target, draft, proposer, dtype, draft_dtype, k, draft_cont
             saved.get("draft_context", draft_context))
 
 
-Target = typer.Option("default", "--target", help="target model: default, a directory, a .gguf file or a cached HF id")
+Target = typer.Option("auto", "--target", help="target model: auto (the default model on the runtime and quantisation "
+                      "measured fastest for speculative decoding here; measured once, cached), default (torch), "
+                      "llamacpp:default@q4_0, a directory, a .gguf file or a cached HF id")
 
 
 Draft = typer.Option("auto", "--draft", help="draft model (for --proposer draft): auto (the default draft on the "
@@ -72,7 +74,7 @@ Draft = typer.Option("auto", "--draft", help="draft model (for --proposer draft)
                      "cached), default (the torch draft), llamacpp:default@q4_0+v32k, a directory or a .gguf file")
 
 
-Proposer = typer.Option("draft", "--proposer", help="draft | ngram | suffix (matches in this and earlier outputs) | "
+Proposer = typer.Option("hybrid", "--proposer", help="draft | ngram | suffix (matches in this and earlier outputs) | "
                         "hybrid (n-gram lookup, else the draft) | hybrid-suffix (suffix, else the draft) | none")
 
 

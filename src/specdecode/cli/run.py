@@ -26,7 +26,7 @@ def generate(
     target: str = Target,
     draft: str = Draft,
     proposer: str = Proposer,
-    k: str = typer.Option("4", "--k", help="tokens drafted per target pass, or auto"),
+    k: str = typer.Option("auto", "--k", help="tokens drafted per target pass, or auto (chosen per pass by the cost model)"),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens"),
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy"),
     top_k: int = typer.Option(0, "--top-k", help="0 = off"),
@@ -101,14 +101,20 @@ def models():
 
     found = choice()
     out.print(f"--dtype auto on this machine: {found['dtype']} ({found['why']})", highlight=False)
-    from ..models.draft_choice import cached
+    from ..models import measured
 
-    for found in cached():
+    targets = measured.cached("target")
+    for found in targets:
+        out.print(f"--target auto ({found['dtype']}): {found['choice']} ({found['why']}); fastest plain decoder "
+                  f"here: {found['fastest_plain']}", highlight=False)
+    drafts = measured.cached("draft")
+    for found in drafts:
         out.print(f"--draft auto beside {found['target']} ({found['dtype']}; draft {found['draft_dtype']}): "
                   f"{found['choice']} ({found['why']})", highlight=False)
-    if not cached():
-        out.print("--draft auto: not measured on this machine yet; the first command that uses it measures it "
-                  "(a few minutes on a small CPU)", highlight=False)
+    for flag, found in (("--target", targets), ("--draft", drafts)):
+        if not found:
+            out.print(f"{flag} auto: not measured on this machine yet; the first command that uses it measures it "
+                      "(a few minutes on a small CPU)", highlight=False)
 
 
 @app.command()
@@ -205,7 +211,7 @@ def serve(
     target: str = Target,
     draft: str = Draft,
     proposer: str = Proposer,
-    k: str = typer.Option("4", "--k", help="default tokens drafted per step (or auto); requests may override it"),
+    k: str = typer.Option("auto", "--k", help="default tokens drafted per step, or auto (chosen per pass by the cost model); requests may override it"),
     dtype: str = DType,
     draft_dtype: Optional[str] = DraftDType,
     host: str = typer.Option("127.0.0.1", "--host"),
@@ -287,53 +293,70 @@ def serve(
 def demo(
     max_new_tokens: int = typer.Option(96, "--max-new-tokens"),
     dtype: str = DType,
+    target: str = Target,
     draft: str = typer.Option("auto", "--draft", help="draft model (default: the one measured fastest beside "
                                                      "the target on this machine)"),
     proposer: str = typer.Option("hybrid", "--proposer"),
     k: str = typer.Option("auto", "--k"),
 ):
-    """The best configuration this installation offers (by default the hybrid proposer with the
-    cheapest draft and k=auto) beside plain decoding on three prompts, greedy."""
+    """Our default configuration (the target runtime and draft measured fastest here, the hybrid
+    proposer, k=auto) beside the plain decoders a user would otherwise run (llama.cpp's own loop on
+    the same GGUF and on the shipped one, plain torch) on three prompts, greedy, interleaved."""
+    from pathlib import Path
+
     from ..advise import demo as demo_
+    from ..models.backends import llamacpp
     from ..models.generator import SpeculativeGenerator
+    from ..models.registry import resolve
 
     steps = parse_k(k)
-    gen = SpeculativeGenerator.from_pretrained(target="default", draft=draft, proposer=proposer, dtype=dtype)
-    chosen = gen.info.get("draft_choice")
-    why = f"{chosen['choice']}, {chosen['why']}" if chosen else gen.info["draft"]
-    # The cost rule of k=auto starts from timed passes rather than from nothing.
-    gen.calibrate()
+    gen = SpeculativeGenerator.from_pretrained(target=target, draft=draft, proposer=proposer, dtype=dtype)
+    for flag in ("target", "draft"):
+        chosen = gen.info.get(f"{flag}_choice")
+        err.print(f"--{flag} {chosen['choice'] + ' (measured here: ' + chosen['why'] + ')' if chosen else gen.info[flag]}",
+                  highlight=False)
+    gen.calibrate()  # the cost rule of k=auto starts from timed passes rather than from nothing
     gen.generate("Hi", SamplingParams(max_new_tokens=8), k=steps, proposer=proposer)
-    from ..models.backends import llamacpp
-
-    reference = None
-    if llamacpp.available():  # the same target GGUF on llama.cpp, plain: the fastest plain path here?
-        reference = SpeculativeGenerator.from_pretrained(target="llamacpp:default", draft=None, proposer="none")
-        reference.generate("Hi", SamplingParams(max_new_tokens=4), k=0, proposer="none")
-    err.print(f"target {gen.info['dtype']} (torch), draft: {why}; {proposer} k={k}; greedy, {max_new_tokens} new "
-              "tokens at most; plain and speculative interleaved on each prompt", highlight=False)
-    table = Table("prompt", "method", "tokens", "decode tok/s", "speedup", "acceptance", "tokens/pass",
-                  "same as plain")
+    ours_plain = f"ours plain ({gen.info['target']})"
+    decoders = []
+    if llamacpp.available():  # the fastest plain decoders on a CPU: llama.cpp's own loop
+        ggufs = [gen.target.gguf] if gen.target.backend == "llamacpp" else []
+        shipped = resolve("default", "target").gguf
+        ggufs += [shipped] if shipped is not None and shipped not in ggufs else []
+        decoders += [demo_.llamacpp_decoder(f"llama.cpp plain ({Path(g).name})", g, gen) for g in ggufs]
+    torch_gen = gen
+    if not gen.target.backend.startswith("torch"):
+        torch_gen = SpeculativeGenerator.from_pretrained(target="default", draft=None, proposer="none", dtype=dtype)
+    decoders.append(demo_.engine_decoder(f"torch plain ({torch_gen.info['dtype']})", torch_gen, plain=True))
+    if torch_gen is not gen:
+        decoders.append(demo_.engine_decoder(ours_plain, gen, plain=True))
+    else:
+        ours_plain = decoders[-1].name
+    ours = f"ours {proposer} k={k}"
+    decoders.append(demo_.engine_decoder(ours, gen, plain=False, proposer=proposer, k=steps))
+    for decoder in decoders:  # warm-up, not timed
+        decoder.run("Hi", SamplingParams(max_new_tokens=4))
+    err.print(f"greedy, {max_new_tokens} new tokens at most; every decoder in turn on each prompt; speedups are "
+              "decode tokens/s over the fastest plain decoder on that prompt", highlight=False)
+    table = Table("prompt", "method", "tokens", "decode tok/s", "vs fastest plain", "acceptance", "tokens/pass",
+                  "same as ours plain")
 
     def show(row):
-        if row.method == "plain":
+        if row.method == decoders[0].name:
             out.rule(f"prompt {row.prompt}: {demo_.PROMPTS[row.prompt - 1].splitlines()[0]}")
-            out.print(row.text, highlight=False, markup=False)
-        s = row.stats
-        spec = row.method not in ("plain", demo_.REFERENCE)
-        table.add_row(str(row.prompt), row.method, str(s["new_tokens"]), f"{s['decode_tokens_per_s']:.2f}",
-                      f"{row.speedup:.2f}x", f"{s['acceptance_rate']:.0%}" if spec else "-",
-                      f"{s['mean_accepted_tokens']:.2f}",
-                      "yes" if row.same_as_plain else f"no, from token {row.first_difference}")
+        if row.method == ours:
+            out.print(row.output.text, highlight=False, markup=False)
+        s = row.output.stats
+        spec = s is not None and not row.plain
+        table.add_row(str(row.prompt), row.method, str(len(row.output.token_ids)),
+                      f"{row.output.decode_tokens_per_s:.2f}", f"{row.speedup:.2f}x",
+                      f"{s['acceptance_rate']:.0%}" if spec else "-", f"{s['mean_accepted_tokens']:.2f}" if spec else "-",
+                      "yes" if row.same_as_reference else f"no, from token {row.first_difference}")
 
-    rows = demo_.run(gen, demo_.PROMPTS, SamplingParams(max_new_tokens=max_new_tokens), proposer, steps, show,
-                     reference)
+    rows = demo_.run(decoders, demo_.PROMPTS, SamplingParams(max_new_tokens=max_new_tokens), ours_plain, show)
     out.print(table)
-    ups = [r.speedup for r in rows if r.method not in ("plain", demo_.REFERENCE)]
-    out.print(f"{proposer} k={k}: {', '.join(f'{u:.2f}x' for u in ups)} plain decode speed on the "
-              f"{len(ups)} prompts", highlight=False)
+    for line in demo_.summary(rows, ours):
+        out.print(line, highlight=False)
     for row in rows:
         for note in demo_.explain(row, gen.info["dtype"]):
             out.print(note, highlight=False)
-    for note in demo_.summary(rows):
-        out.print(note, highlight=False)

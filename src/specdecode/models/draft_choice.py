@@ -24,8 +24,6 @@ candidate with the highest mean speedup over plain decoding is chosen.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import statistics
 import time
 from importlib import resources
@@ -136,12 +134,9 @@ def decide(measured: dict) -> dict:
 
 def cache_path(target_spec: str, target_backend: str, dtype: str, draft_dtype: str, names: list[str],
                cache: Path | None = None) -> Path:
-    from . import registry as models
-    from .backends.dtype_choice import machine_key
+    from . import measured
 
-    key = json.dumps([VERSION, machine_key(), target_spec, target_backend, dtype, draft_dtype, names], sort_keys=True)
-    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    return (cache or models.cache_dir() / "machine") / f"draft-{digest}.json"
+    return measured.cache_file("draft", [VERSION, target_spec, target_backend, dtype, draft_dtype, names], cache)
 
 
 def choose(target_spec: str, target_model, tokenizer, dtype: str, draft_dtype: str, cache: Path | None = None,
@@ -149,16 +144,15 @@ def choose(target_spec: str, target_model, tokenizer, dtype: str, draft_dtype: s
     """{choice, why, table, ...} for `--draft auto` beside this target, measured on first use and
     cached (draft-<key>.json under $SPECDECODE_CACHE/machine/). Candidates that cannot load here or
     whose vocabulary does not match the target are left out, with the reason."""
+    from . import measured
     from .backends import llamacpp
     from .backends.dtype_choice import cpu_description
     from .loader import as_runner, backend_name, load_draft
 
     names = candidates(llamacpp.available())
     path = cache_path(target_spec, backend_name(target_model), dtype, draft_dtype, names, cache)
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        pass
+    if (found := measured.read(path)) is not None:
+        return found
     if log is not None:
         log(f"--draft auto: measuring {len(names)} ways to run the default draft beside this target (once per "
             "machine; a few minutes on a small CPU)")
@@ -174,25 +168,15 @@ def choose(target_spec: str, target_model, tokenizer, dtype: str, draft_dtype: s
         raise ModelError("--draft auto found no way to run the default draft beside this target ("
                          + "; ".join(f"{n}: {why}" for n, why in skipped.items())
                          + "): name a draft with --draft")
-    measured = measure(as_runner(target_model), drafts, calibration_ids(tokenizer))
-    found = {**decide(measured), "verify_ms": measured["verify_ms"], "skipped": skipped,
+    got = measure(as_runner(target_model), drafts, calibration_ids(tokenizer))
+    found = {**decide(got), "verify_ms": got["verify_ms"], "skipped": skipped,
              "target": target_spec, "dtype": dtype, "draft_dtype": draft_dtype, "machine": cpu_description()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{time.time_ns()}.tmp")
-    tmp.write_text(json.dumps(found, indent=1) + "\n")
-    tmp.replace(path)
+    measured.write(path, found)
     return found
 
 
 def cached(cache: Path | None = None) -> list[dict]:
     """Every choice measured on this machine so far (for `specdecode models`)."""
-    from . import registry as models
+    from . import measured
 
-    folder = cache or models.cache_dir() / "machine"
-    found = []
-    for path in sorted(folder.glob("draft-*.json")):
-        try:
-            found.append(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            continue
-    return found
+    return measured.cached("draft", cache)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..engine.engine import Engine, EngineConfig
 from ..proposers import PROPOSERS, WITH_DRAFT, DraftModelProposer, HybridProposer, NgramProposer, NoProposer, SuffixProposer
-from . import draft_choice
+from . import draft_choice, target_choice
 from .backends.hf import parse_dtype
 from .loader import as_runner, eos_ids, load, load_draft, torch_model
 from .registry import ModelError, check_vocab_compatible
@@ -14,9 +14,11 @@ class SpeculativeGenerator(Engine):
     """The engine (engine.Engine), with constructors that load the models."""
 
     @classmethod
-    def from_pretrained(cls, target: str = "default", draft: str | None = "auto", proposer: str = "draft",
+    def from_pretrained(cls, target: str = "auto", draft: str | None = "auto", proposer: str = "hybrid",
                         dtype: str = "auto", **options) -> "SpeculativeGenerator":
-        """Load models by spec ('default', a directory, a .gguf file, a cached Hugging Face id).
+        """Load models by spec ('auto': the default model on the runtime and quantisation measured fastest for
+        speculative decoding here (models/target_choice.py, cached); 'default' (torch), a directory, a .gguf
+        file, a cached Hugging Face id).
         The draft "auto" is the default draft on the runtime measured fastest beside this target on
         this machine (models/draft_choice.py; measured on first use, cached).
 
@@ -35,9 +37,9 @@ class SpeculativeGenerator(Engine):
 
 
 def load_generator(
-    target: str = "default",
+    target: str = "auto",
     draft: str | None = "auto",
-    proposer: str = "draft",
+    proposer: str = "hybrid",
     dtype: str = "auto",
     draft_dtype: str | None = None,
     config: EngineConfig | None = None,
@@ -47,10 +49,17 @@ def load_generator(
     are build_generator's (ngram_max, ngram_min, draft_context, suffix_memory, prefix_cache)."""
     _check_proposer(proposer)
     config = config or EngineConfig()
+    target_choice_ = None
+    if target.strip() == target_choice.AUTO:
+        target_choice_ = choose_target(dtype)
+        target = target_choice_["choice"]
     target_model, tokenizer, draft_model, draft_tokenizer = load_models(
         target, draft if proposer in WITH_DRAFT else None, dtype, draft_dtype, max_rows=config.max_batch
     )
     gen = build_generator(target_model, tokenizer, proposer, draft_model, draft_tokenizer, config=config, **options)
+    if target_choice_ is not None:
+        gen.info["target_choice"] = {"choice": target, "why": target_choice_["why"],
+                                     "fastest_plain": target_choice_["fastest_plain"]}
     if draft_model is not None and draft.strip() == draft_choice.AUTO:  # measured and cached by load_models
         chosen = choose_draft(target, target_model, tokenizer, dtype, draft_dtype)
         gen.info["draft_choice"] = {"choice": chosen["choice"], "why": chosen["why"]}
@@ -66,12 +75,21 @@ def load_models(target: str, draft: str | None, dtype: str = "auto", draft_dtype
     llama.cpp models come as runners with room for max_rows rows (and a scratch row)."""
     dtype = parse_dtype(dtype)
     draft_dtype = parse_dtype(draft_dtype or dtype)
+    if target.strip() == target_choice.AUTO:
+        target = choose_target(dtype)["choice"]
     target_model, tokenizer = load(target, "target", dtype, max_rows)
     if not draft:
         return target_model, tokenizer, None, None
     if draft.strip() == draft_choice.AUTO:
         draft = choose_draft(target, target_model, tokenizer, dtype, draft_dtype)["choice"]
     return (target_model, tokenizer, *load_draft(draft, draft_dtype, target_model, tokenizer, max_rows))
+
+
+def choose_target(dtype: str) -> dict:
+    """What `--target auto` runs here: target_choice's measured pick (cached)."""
+    import sys
+
+    return target_choice.choose(parse_dtype(dtype), log=lambda line: print(line, file=sys.stderr))
 
 
 def choose_draft(target: str, target_model, tokenizer, dtype: str, draft_dtype: str | None = None) -> dict:

@@ -1,0 +1,76 @@
+"""--target auto: the default target on the runtime measured fastest for speculative decoding here."""
+
+import pytest
+
+import tiny
+from specdecode.models import target_choice
+from specdecode.models.loader import as_runner
+from specdecode.models.registry import ModelError
+
+
+def curve(*ms):
+    return {str(w + 1): v for w, v in enumerate(ms)}
+
+
+FLAT = curve(60, 61, 62, 63, 64, 65, 66, 67, 68)  # torch-like: dear, but a wide pass is nearly free
+STEEP = curve(30, 60, 90, 120, 150, 180, 210, 240, 270)  # cheap one token, every row paid again
+GROUPED = curve(30, 40, 42, 45, 80, 85, 90, 110, 130)  # llama.cpp Q4_0's groups of rows
+
+
+def found(targets: dict, draft_ms: float = 5.0) -> dict:
+    return {"targets": {n: {"verify_ms": v, "greedy": a, "sampled": a - 0.1, "prefill_tokens_per_s": 100.0}
+                        for n, (v, a) in targets.items()}, "draft_ms": draft_ms}
+
+
+def test_decide_prices_each_runtime_with_its_own_verify_curve():
+    # Flat and dear against cheap and steep: speculation's gain decides, not the one-token cost.
+    steep = target_choice.decide(found({"torch": (FLAT, 0.8), "llamacpp": (STEEP, 0.8)}))
+    assert steep["fastest_plain"] == "llamacpp" and steep["choice"] == "torch"
+    assert steep["table"]["llamacpp"]["plain_tokens_per_s"] == pytest.approx(1000 / 30, abs=0.01)
+    assert steep["table"]["llamacpp"]["k_greedy"] <= 1 < steep["table"]["torch"]["k_greedy"]
+    # Where the cheap runtime's curve has cheap widths, it wins both ways.
+    grouped = target_choice.decide(found({"torch": (FLAT, 0.8), "llamacpp": (GROUPED, 0.8)}))
+    assert grouped["choice"] == "llamacpp" == grouped["fastest_plain"] and "next best torch" in grouped["why"]
+    # The prediction is the cost model's: tokens/s at the best k, never below plain decoding's.
+    for row in grouped["table"].values():
+        assert row["spec_tokens_per_s_greedy"] >= row["plain_tokens_per_s"] - 1e-6
+    # No acceptance at all: plain speed decides.
+    blind = target_choice.decide(found({"torch": (FLAT, 0.0), "llamacpp": (STEEP, 0.0)}, draft_ms=5.0))
+    assert blind["choice"] == "llamacpp" and blind["table"]["llamacpp"]["k_greedy"] == 0
+
+
+def test_measure_times_every_candidate_and_leaves_the_runners_empty(target_model, tok):
+    targets = {"same": as_runner(target_model), "other": as_runner(tiny.model(hidden=32, layers=1, seed=1))}
+    draft = as_runner(tiny.model(hidden=64, layers=2, seed=0))  # the twin of "same"
+    ids = target_choice.calibration_ids(tok)
+    got = target_choice.measure(targets, draft, ids)
+    assert got["targets"]["same"]["greedy"] == 1.0 and got["targets"]["other"]["sampled"] < 0.9
+    for m in got["targets"].values():
+        assert m["prefill_tokens_per_s"] > 0 and sorted(map(int, m["verify_ms"])) == list(range(1, 10))
+    assert got["draft_ms"] > 0
+    assert all(r.rows == 0 for r in targets.values()) and draft.rows == 0
+
+
+def test_choose_measures_once_and_skips_what_cannot_load(tiny_dirs, tmp_path, monkeypatch):
+    monkeypatch.setattr(target_choice, "candidates", lambda llamacpp: [tiny_dirs["target"], "/no/such/model"])
+    monkeypatch.setattr(target_choice, "reference_draft", lambda llamacpp: tiny_dirs["draft"])
+    first = target_choice.choose("float32", cache=tmp_path)
+    assert first["choice"] == tiny_dirs["target"] and list(first["skipped"]) == ["/no/such/model"]
+    assert first["reference_draft"] == tiny_dirs["draft"] and first["machine"]["cores"] >= 1
+    monkeypatch.setattr(target_choice, "measure", lambda *a: pytest.fail("measured again"))
+    assert target_choice.choose("float32", cache=tmp_path) == first
+    assert target_choice.cached(tmp_path) == [first]
+    monkeypatch.setattr(target_choice, "candidates", lambda llamacpp: ["/no/such/model"])
+    with pytest.raises(ModelError, match="name one with --target"):
+        target_choice.choose("float32", cache=tmp_path)
+
+
+def test_from_pretrained_resolves_auto_to_the_measured_target(tiny_dirs, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDECODE_CACHE", str(tmp_path))
+    monkeypatch.setattr(target_choice, "candidates", lambda llamacpp: [tiny_dirs["target"]])
+    monkeypatch.setattr(target_choice, "reference_draft", lambda llamacpp: tiny_dirs["draft"])
+    from specdecode import SpeculativeGenerator
+
+    gen = SpeculativeGenerator.from_pretrained(target="auto", draft=tiny_dirs["draft"], dtype="float32")
+    assert gen.info["target"] == tiny_dirs["target"] and gen.info["target_choice"]["choice"] == tiny_dirs["target"]
+    assert "predicted" in gen.info["target_choice"]["why"] and gen.default_proposer == "hybrid"
