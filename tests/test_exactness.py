@@ -264,7 +264,10 @@ class FixedCosts:
         costs = PassCosts()
         costs.verify = CostCurve({1: 0.1, 16: 0.1})
         costs.per_draft = {"draft": 0.01}
-        costs.observe = lambda *a, **kw: None
+        # Nothing this machine times may move them: per-pass, batch, catch-up and draft-step
+        # observations all stay out (a loaded machine's slow catch-up once turned drafting off).
+        costs.observe = costs.observe_batch = costs.observe_catch_up = lambda *a, **kw: None
+        costs.draft.observe = lambda *a, **kw: None
         return costs
 
 
