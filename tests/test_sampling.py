@@ -51,3 +51,19 @@ def test_params_are_frozen_and_lists_become_tuples():
     params = SamplingParams(stop=["a", "b"], stop_token_ids=[3])
     assert params.stop == ("a", "b") and params.stop_token_ids == (3,)
     assert params.replace(temperature=1.0).temperature == 1.0
+
+
+def test_point_masses_are_taken_without_a_draw():
+    from specdecode.sampling import sample_from
+
+    probs = torch.zeros(3, 151_936)
+    probs[0, 7], probs[1, 151_935], probs[2, 0] = 1.0, 0.25, 3.0  # need not be normalised
+    gen = torch.Generator().manual_seed(5)
+    state = gen.get_state()
+    assert sample_from(probs, gen).tolist() == [7, 151_935, 0]
+    assert torch.equal(gen.get_state(), state)  # greedy decoding consumes no random numbers
+    mixed = probs.clone()
+    mixed[1, 3] = 0.25  # one row with two tokens: the race is run, and draws are consumed
+    picked = sample_from(mixed, gen)
+    assert picked[0] == 7 and picked[2] == 0 and picked[1] in (3, 151_935)
+    assert not torch.equal(gen.get_state(), state)

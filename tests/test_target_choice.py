@@ -74,3 +74,22 @@ def test_from_pretrained_resolves_auto_to_the_measured_target(tiny_dirs, tmp_pat
     gen = SpeculativeGenerator.from_pretrained(target="auto", draft=tiny_dirs["draft"], dtype="float32")
     assert gen.info["target"] == tiny_dirs["target"] and gen.info["target_choice"]["choice"] == tiny_dirs["target"]
     assert "predicted" in gen.info["target_choice"]["why"] and gen.default_proposer == "hybrid"
+
+
+def test_the_measured_costs_seed_k_autos_curves():
+    from specdecode.models.generator import seed_costs
+    from specdecode.policy.costs import PassCosts
+
+    target = target_choice.decide(found({"llamacpp": (GROUPED, 0.8)}))
+    target["choice"] = "llamacpp"
+    costs = PassCosts()
+    seed_costs(costs, target, None)
+    assert costs.verify(4) == pytest.approx(0.045) and costs.verify(1) == pytest.approx(0.030)
+    assert not costs.draft.points  # no draft measured: its cost is learnt from passes
+    drafts = {"choice": "d", "verify_ms": curve(20, 30), "table": {"d": {"draft_ms": 9.0}}}
+    costs = PassCosts()
+    seed_costs(costs, target, drafts)  # the curve measured beside this very draft wins
+    assert costs.verify(2) == pytest.approx(0.030) and costs.draft_step(1) == pytest.approx(0.009)
+    empty = PassCosts()
+    seed_costs(empty, None, None)
+    assert not empty.verify.points

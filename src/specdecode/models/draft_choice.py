@@ -122,7 +122,9 @@ def decide(measured: dict) -> dict:
     if not table:
         raise ValueError("no draft candidate could be measured")
     score = {name: (row["speedup_greedy"] + row["speedup_t1"]) / 2 for name, row in table.items()}
-    choice = max(score, key=score.get)
+    # Ties (most often: no candidate pays against this target, every one predicted at plain speed)
+    # go to the cheapest draft, whose probes and catch-ups cost least when k=auto tries it again.
+    choice = max(score, key=lambda n: (score[n], -table[n]["c"]))
     row = table[choice]
     runner_up = max((n for n in score if n != choice), key=score.get, default=None)
     why = (f"predicted {row['speedup_greedy']:.2f}x plain greedy, {row['speedup_t1']:.2f}x at T=1 (c = {row['c']}, "

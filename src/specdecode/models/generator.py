@@ -60,10 +60,12 @@ def load_generator(
     if target_choice_ is not None:
         gen.info["target_choice"] = {"choice": target, "why": target_choice_["why"],
                                      "fastest_plain": target_choice_["fastest_plain"]}
+    draft_choice_ = None
     if draft_model is not None and draft.strip() == draft_choice.AUTO:  # measured and cached by load_models
-        chosen = choose_draft(target, target_model, tokenizer, dtype, draft_dtype)
-        gen.info["draft_choice"] = {"choice": chosen["choice"], "why": chosen["why"]}
-        draft = chosen["choice"]
+        draft_choice_ = choose_draft(target, target_model, tokenizer, dtype, draft_dtype)
+        gen.info["draft_choice"] = {"choice": draft_choice_["choice"], "why": draft_choice_["why"]}
+        draft = draft_choice_["choice"]
+    seed_costs(gen.pass_costs, target_choice_, draft_choice_)
     gen.info.update(target=target, draft=draft if draft_model is not None else None, dtype=parse_dtype(dtype),
                     draft_dtype=parse_dtype(draft_dtype or dtype) if draft_model is not None else None)
     return gen
@@ -83,6 +85,19 @@ def load_models(target: str, draft: str | None, dtype: str = "auto", draft_dtype
     if draft.strip() == draft_choice.AUTO:
         draft = choose_draft(target, target_model, tokenizer, dtype, draft_dtype)["choice"]
     return (target_model, tokenizer, *load_draft(draft, draft_dtype, target_model, tokenizer, max_rows))
+
+
+def seed_costs(costs, target_found: dict | None, draft_found: dict | None) -> None:
+    """Start k=auto's cost curves from what the choices measured on this machine for exactly these
+    models (the verify curve, the draft's step), so the first passes of a generation are priced
+    rather than guessed; real passes refine them as always."""
+    verify_ms = (draft_found or {}).get("verify_ms")
+    if verify_ms is None and target_found is not None:
+        verify_ms = target_found["table"][target_found["choice"]]["verify_ms"]
+    for width, ms in (verify_ms or {}).items():
+        costs.verify.observe(int(width), ms / 1000)
+    if draft_found is not None and draft_found["choice"] in draft_found.get("table", {}):
+        costs.draft.observe(1, draft_found["table"][draft_found["choice"]]["draft_ms"] / 1000)
 
 
 def choose_target(dtype: str) -> dict:

@@ -180,8 +180,12 @@ def sample_from(probs: torch.Tensor, generator: torch.Generator | None = None) -
 
     argmax(w / E) with E ~ Exp(1) picks index i with probability w_i / sum(w); it needs no
     normalisation, which matters for the residual max(0, p - q) whose sum can be tiny.
-    Exponentials are drawn in float64.
+    Exponentials are drawn in float64. Rows that are all point masses (greedy decoding's p, a
+    residual left with one token) have a known winner: their argmax, with nothing drawn (a race over
+    a 150k vocabulary was most of a greedy step's time outside the model).
     """
+    if bool(((probs > 0).sum(-1) == 1).all()):
+        return probs.argmax(-1)
     noise = torch.empty(probs.shape, dtype=torch.float64, device=probs.device).exponential_(generator=generator)
     # exponential_ can return exactly 0 in principle; 0/0 would be NaN, which argmax prefers.
     noise.clamp_(min=torch.finfo(torch.float64).tiny)
