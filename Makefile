@@ -4,8 +4,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # llama.cpp picks its CPU kernels when it is compiled, so it is built for the CPU that builds it:
-# AVX2, plus AVX-512 (VNNI, BF16, VBMI) where /proc/cpuinfo lists them. On the 2-core Xeon that made
-# the Q4_0 0.5B draft prefill 1.7x faster (97 -> 169 tokens/s) and a 5-token pass 143 -> 85 ms.
+# AVX2, plus AVX-512 (VNNI, BF16, VBMI) where /proc/cpuinfo lists them (what that buys is measured
+# in docs/backends.md, "llama.cpp build").
 # Never -march=native: a native build on a CPU that lists AMX compiles AMX tile kernels, and where
 # the (virtual) machine has not enabled AMX state they stop the process with an illegal instruction
 # on the first decode. The wheel is kept under a name made of these flags, so a cache shared with a

@@ -1,11 +1,12 @@
-"""The speed checks of one interleaved `specdecode bench` run, from its runs.jsonl: per method and k,
-tokens/s over the code prompts, the Spec-Bench mix and all prompts (total new tokens over total
-seconds, prefill included, as the bench's own tokens/s), against plain torch and llama.cpp plain;
-then, per proposer, k=auto against the best fixed k of the same proposer, both as the ratio of the
-pooled rates and as the median over prompts of the per-prompt ratio (one run that the shared machine
-slowed down moves the first, hardly the second).
+"""The speed checks of one interleaved `specdecode bench` run, from its runs.jsonl: per temperature,
+method and k, tokens/s over the code prompts, the Spec-Bench mix and all prompts (total new tokens
+over total seconds, prefill included, as the bench's own tokens/s), against the fastest plain decoder
+of that group in the same run (ours plain or llama.cpp's own loop, whichever was faster), and the
+worst Spec-Bench category against it; then, per proposer, k=auto against the best fixed k of the
+same proposer, both as the ratio of the pooled rates and as the median over prompts of the
+per-prompt ratio (one run that the shared machine slowed down moves the first, hardly the second).
 
-    python scripts/speed_check.py BENCH_DIR [BENCH_DIR ...]      (one directory per temperature)
+    python scripts/speed_check.py BENCH_DIR [BENCH_DIR ...]
 
 Prints markdown.
 """
@@ -17,6 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 CODE = "code_completion"
+PLAIN = ("plain", "llamacpp")  # plain decoders: ours through the engine, llama.cpp's own loop
 
 
 def load(path: Path) -> list[dict]:
@@ -33,7 +35,7 @@ def per_prompt_ratio(runs: list[dict], method: str, k: str, other_k: str, group:
 def rates(runs: list[dict]) -> tuple[float, dict]:
     sums: dict = defaultdict(lambda: [0, 0.0])
     for r in runs:
-        for group in ("all", "code" if r["category"] == CODE else "mix"):
+        for group in ("all", "code" if r["category"] == CODE else "mix", r["category"]):
             key = (r["method"], "-" if r["k"] is None else str(r["k"]), group)
             sums[key][0] += r["new_tokens"]
             sums[key][1] += r["total_s"]
@@ -42,30 +44,40 @@ def rates(runs: list[dict]) -> tuple[float, dict]:
 
 def main(dirs: list[str]) -> None:
     for d in dirs:
-        runs = load(Path(d))
-        temperature, rate = rates(runs)
-        methods = sorted({(m, k) for m, k, _ in rate}, key=lambda mk: (mk[0] != "plain", mk[0], mk[1]))
-        print(f"\n### T = {temperature:g} ({d})\n")
-        print("| method | k | tok/s all | vs plain: all | mix | code | code vs llama.cpp |")
-        print("|---|---|---|---|---|---|---|")
-        for m, k in methods:
-            row = [f"{rate[m, k, 'all']:.2f}"]
-            row += [f"{rate[m, k, g] / rate['plain', '-', g]:.2f}x" for g in ("all", "mix", "code")]
-            row.append(f"{rate[m, k, 'code'] / rate['llamacpp', '-', 'code']:.2f}x" if ("llamacpp", "-", "code") in rate
-                       else "-")
-            print(f"| {m} | {k} | " + " | ".join(row) + " |")
-        print("\n| proposer | group | k=auto tok/s | best fixed k | its tok/s | auto / best | median per prompt |")
-        print("|---|---|---|---|---|---|---|")
-        for m in sorted({m for m, k in methods if k == "auto"}):
-            for group in ("all", "mix", "code"):
-                fixed = {k: rate[m, k, group] for mm, k in methods if mm == m and k not in ("auto", "-")}
-                if not fixed:
-                    continue
-                best = max(fixed, key=fixed.get)
-                auto = rate[m, "auto", group]
-                median = per_prompt_ratio(runs, m, "auto", best, group)
-                print(f"| {m} | {group} | {auto:.2f} | {best} | {fixed[best]:.2f} | {auto / fixed[best]:.2f}x "
-                      f"| {median:.2f}x |")
+        every = load(Path(d))
+        for temp in sorted({r["temperature"] for r in every}):
+            report([r for r in every if r["temperature"] == temp], d)
+
+
+def report(runs: list[dict], d: str) -> None:
+    temperature, rate = rates(runs)
+    methods = sorted({(m, k) for m, k, _ in rate}, key=lambda mk: (mk[0] not in PLAIN, mk[0], mk[1]))
+    categories = sorted({r["category"] for r in runs if r["category"] != CODE})
+
+    def fastest(group):
+        return max(rate[m, "-", group] for m in PLAIN if (m, "-", group) in rate)
+
+    print(f"\n### T = {temperature:g} ({d})\n")
+    print("| method | k | tok/s all | vs fastest plain: all | mix | code | worst mix category |")
+    print("|---|---|---|---|---|---|---|")
+    for m, k in methods:
+        row = [f"{rate[m, k, 'all']:.2f}"]
+        row += [f"{rate[m, k, g] / fastest(g):.2f}x" for g in ("all", "mix", "code")]
+        worst = min(categories, key=lambda c: rate[m, k, c] / fastest(c)) if categories else None
+        row.append(f"{worst} {rate[m, k, worst] / fastest(worst):.2f}x" if worst else "-")
+        print(f"| {m} | {k} | " + " | ".join(row) + " |")
+    print("\n| proposer | group | k=auto tok/s | best fixed k | its tok/s | auto / best | median per prompt |")
+    print("|---|---|---|---|---|---|---|")
+    for m in sorted({m for m, k in methods if k == "auto"}):
+        for group in ("all", "mix", "code"):
+            fixed = {k: rate[m, k, group] for mm, k in methods if mm == m and k not in ("auto", "-")}
+            if not fixed:
+                continue
+            best = max(fixed, key=fixed.get)
+            auto = rate[m, "auto", group]
+            median = per_prompt_ratio(runs, m, "auto", best, group)
+            print(f"| {m} | {group} | {auto:.2f} | {best} | {fixed[best]:.2f} | {auto / fixed[best]:.2f}x "
+                  f"| {median:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -12,11 +12,10 @@ from specdecode.policy.load_cap import LoadPolicy, RowPlan
 from specdecode.engine.request import QueueFull, Request, RequestError
 from specdecode.sampling.params import InvalidParameter, SamplingParams
 
-BatchRequest = Request
 
 
 @contextlib.contextmanager
-def BatchEngine(gen, max_batch=8, max_waiting=64, load_policy=True):
+def engine_with(gen, max_batch=8, max_waiting=64, load_policy=True):
     """The generator itself is the batch engine; this runs it with the test's knobs."""
     with gen.configured(max_batch=max_batch, max_waiting=max_waiting, load_policy=load_policy, cost_rule=False):
         yield gen
@@ -36,7 +35,7 @@ PROMPTS = [
 ]
 
 
-def alone(gen, req: BatchRequest) -> list[int]:
+def alone(gen, req: Request) -> list[int]:
     # With its load policy off the engine makes no timing-based choice at many rows; neither may one
     # row (k="auto"'s cost rule reads measured pass times), or a seeded sample differs.
     with gen.configured(cost_rule=False, max_batch=8, max_waiting=64):
@@ -60,13 +59,13 @@ def mixed_requests():
         ("hybrid-suffix", "auto", SamplingParams(temperature=1.0, seed=16, max_new_tokens=12)),
         ("suffix", "auto", SamplingParams(temperature=0.9, top_p=0.8, seed=17, max_new_tokens=10)),
     ])
-    return [BatchRequest(list(PROMPTS[i % len(PROMPTS)]), params.replace(ignore_eos=True), k=k, proposer=name)
+    return [Request(list(PROMPTS[i % len(PROMPTS)]), params.replace(ignore_eos=True), k=k, proposer=name)
             for i, (name, k, params) in zip(range(22), settings)]
 
 
 @pytest.mark.parametrize("max_batch", [1, 3, 8])
 def test_each_request_gets_what_it_would_get_alone(small_draft_gen, max_batch):
-    with BatchEngine(small_draft_gen, max_batch=max_batch, load_policy=False) as engine:
+    with engine_with(small_draft_gen, max_batch=max_batch, load_policy=False) as engine:
         before = dict(engine.counters)
         requests = generate_batch(engine, mixed_requests())
         assert engine.counters["finished"] - before["finished"] == len(requests)
@@ -80,7 +79,7 @@ def test_engine_without_a_draft_model(target_model, tok):
     """A server started for prompt lookup or plain decoding loads no draft model; rows still leave
     and join cleanly (a finished row used to crash the step when there was no draft batch)."""
     gen = SpeculativeGenerator.from_models(target_model, tok, "ngram")
-    with BatchEngine(gen, max_batch=3, load_policy=False) as engine:
+    with engine_with(gen, max_batch=3, load_policy=False) as engine:
         requests = [r for r in mixed_requests() if r.proposer not in ("draft", "hybrid", "hybrid-suffix")]
         generate_batch(engine, requests)
         for req in requests:
@@ -90,7 +89,7 @@ def test_engine_without_a_draft_model(target_model, tok):
 
 
 def test_rows_join_while_others_decode(twin_gen):
-    with BatchEngine(twin_gen, max_batch=4, load_policy=False) as engine:
+    with engine_with(twin_gen, max_batch=4, load_policy=False) as engine:
         first, late = mixed_requests()[:3], mixed_requests()[3:7]
         for r in first:
             engine.submit(r)
@@ -107,13 +106,13 @@ def test_rows_join_while_others_decode(twin_gen):
 
 
 def test_streaming_callback_and_stop_strings(twin_gen):
-    with BatchEngine(twin_gen, max_batch=2, load_policy=False) as engine:
-        plain = alone(twin_gen, BatchRequest([5, 6, 7], SamplingParams(max_new_tokens=20, ignore_eos=True), k=0,
+    with engine_with(twin_gen, max_batch=2, load_policy=False) as engine:
+        plain = alone(twin_gen, Request([5, 6, 7], SamplingParams(max_new_tokens=20, ignore_eos=True), k=0,
                                              proposer="none"))
         text = twin_gen.tokenizer.decode(plain, skip_special_tokens=True)
         stop = text[6:9]
         pieces = []
-        req = BatchRequest([5, 6, 7], SamplingParams(max_new_tokens=20, stop=[stop], ignore_eos=True), k=3,
+        req = Request([5, 6, 7], SamplingParams(max_new_tokens=20, stop=[stop], ignore_eos=True), k=3,
                            proposer="draft", on_step=lambda r, toks, delta: pieces.append((list(toks), delta)))
         generate_batch(engine, [req])
         assert req.finish_reason == "stop"
@@ -122,9 +121,9 @@ def test_streaming_callback_and_stop_strings(twin_gen):
 
 
 def test_cancel_frees_the_slot(small_draft_gen):
-    with BatchEngine(small_draft_gen, max_batch=2, load_policy=False) as engine:
+    with engine_with(small_draft_gen, max_batch=2, load_policy=False) as engine:
         before = dict(engine.counters)
-        a, b, c = (BatchRequest([5, 6, 7], SamplingParams(max_new_tokens=40, ignore_eos=True), k=2, proposer="draft")
+        a, b, c = (Request([5, 6, 7], SamplingParams(max_new_tokens=40, ignore_eos=True), k=2, proposer="draft")
                    for _ in range(3))
         for r in (a, b, c):
             engine.submit(r)
@@ -140,25 +139,25 @@ def test_cancel_frees_the_slot(small_draft_gen):
 
 
 def test_queue_limit_and_bad_requests(twin_gen):
-    with BatchEngine(twin_gen, max_batch=1, max_waiting=2, load_policy=False) as engine:
-        engine.submit(BatchRequest([1, 2]))
-        engine.submit(BatchRequest([1, 2]))
+    with engine_with(twin_gen, max_batch=1, max_waiting=2, load_policy=False) as engine:
+        engine.submit(Request([1, 2]))
+        engine.submit(Request([1, 2]))
         with pytest.raises(QueueFull, match="retry later"):
-            engine.submit(BatchRequest([1, 2]))
+            engine.submit(Request([1, 2]))
         with pytest.raises(RequestError, match="context"):
-            engine.check(BatchRequest(list(range(1, 10)) * 100))
+            engine.check(Request(list(range(1, 10)) * 100))
         with pytest.raises(RequestError, match="proposer"):
-            engine.check(BatchRequest([1], proposer="medusa"))
-        engine.check(BatchRequest([1], proposer="hybrid"))  # every proposer runs batched
+            engine.check(Request([1], proposer="medusa"))
+        engine.check(Request([1], proposer="hybrid"))  # every proposer runs batched
         with pytest.raises(InvalidParameter, match="k must be"):
-            engine.check(BatchRequest([1], k=-1))
+            engine.check(Request([1], k=-1))
 
 
 def test_a_failing_request_does_not_affect_the_others(twin_gen, monkeypatch):
-    with BatchEngine(twin_gen, max_batch=4, load_policy=False) as engine:
-        good = [BatchRequest([5, 6, 7], SamplingParams(max_new_tokens=8, ignore_eos=True), k=2, proposer="draft")
+    with engine_with(twin_gen, max_batch=4, load_policy=False) as engine:
+        good = [Request([5, 6, 7], SamplingParams(max_new_tokens=8, ignore_eos=True), k=2, proposer="draft")
                 for _ in range(2)]
-        bad = BatchRequest([66, 66, 66], SamplingParams(max_new_tokens=8), k=2, proposer="draft")
+        bad = Request([66, 66, 66], SamplingParams(max_new_tokens=8), k=2, proposer="draft")
         real = engine.target.add_rows
 
         def add_rows(prefix, count=1):
@@ -173,8 +172,8 @@ def test_a_failing_request_does_not_affect_the_others(twin_gen, monkeypatch):
 
 
 def test_a_failing_batched_pass_ends_its_requests_and_the_engine_recovers(twin_gen, monkeypatch):
-    with BatchEngine(twin_gen, max_batch=4, load_policy=False) as engine:
-        victims = [BatchRequest([5, 6, 7], SamplingParams(max_new_tokens=8, ignore_eos=True), k=2) for _ in range(2)]
+    with engine_with(twin_gen, max_batch=4, load_policy=False) as engine:
+        victims = [Request([5, 6, 7], SamplingParams(max_new_tokens=8, ignore_eos=True), k=2) for _ in range(2)]
         for r in victims:
             engine.submit(r)
         monkeypatch.setattr(engine.target, "forward",
@@ -183,7 +182,7 @@ def test_a_failing_batched_pass_ends_its_requests_and_the_engine_recovers(twin_g
         assert all(r.finish_reason == "error" and "out of memory" in r.error for r in victims)
         assert engine.target.rows == 0 and engine.proposers["draft"].runner.rows == 0  # caches emptied
         monkeypatch.undo()  # the fault goes away; the engine serves on
-        later = BatchRequest([5, 6, 7], SamplingParams(max_new_tokens=8, ignore_eos=True), k=2)
+        later = Request([5, 6, 7], SamplingParams(max_new_tokens=8, ignore_eos=True), k=2)
         generate_batch(engine, [later])
         assert later.generated == alone(twin_gen, later)
 
@@ -261,7 +260,7 @@ def test_a_row_alone_drafts_after_a_catch_up_only_if_its_remaining_tokens_repay_
 
 
 def test_a_probe_skips_rows_whose_draft_model_is_far_behind(small_draft_gen, monkeypatch):
-    with BatchEngine(small_draft_gen, max_batch=4) as engine:
+    with engine_with(small_draft_gen, max_batch=4) as engine:
         real = engine.policy.cap
 
         def probe(wants):
@@ -272,9 +271,9 @@ def test_a_probe_skips_rows_whose_draft_model_is_far_behind(small_draft_gen, mon
         monkeypatch.setattr(engine.policy, "cap", probe)
         # The lookup row takes at least 4 passes (at most 2 tokens each), the draft row exactly 4:
         # it is never alone (one row would draft at its own k).
-        reqs = [BatchRequest(list(PROMPTS[3]), SamplingParams(max_new_tokens=4, ignore_eos=True), k=3,
+        reqs = [Request(list(PROMPTS[3]), SamplingParams(max_new_tokens=4, ignore_eos=True), k=3,
                              proposer="draft"),
-                BatchRequest(list(PROMPTS[0]), SamplingParams(max_new_tokens=8, ignore_eos=True), k=3,
+                Request(list(PROMPTS[0]), SamplingParams(max_new_tokens=8, ignore_eos=True), k=3,
                              proposer="ngram")]
         generate_batch(engine, reqs)
         # The draft row never started its draft cache (it was behind by its whole prompt); the
@@ -313,8 +312,8 @@ def test_acceptance_tracker_follows_recent_blocks():
 
 def test_engine_under_a_cpu_like_cost_curve_stops_drafting(small_draft_gen):
     cpu_like = costs_of(CostCurve({1: 0.1, 4: 0.4, 8: 0.8, 32: 3.2}), CostCurve({1: 0.05, 4: 0.2}))
-    with BatchEngine(small_draft_gen, max_batch=4) as engine, own_costs(engine, cpu_like):
-        requests = [BatchRequest(list(p), SamplingParams(max_new_tokens=12, ignore_eos=True), k=4, proposer="draft")
+    with engine_with(small_draft_gen, max_batch=4) as engine, own_costs(engine, cpu_like):
+        requests = [Request(list(p), SamplingParams(max_new_tokens=12, ignore_eos=True), k=4, proposer="draft")
                     for p in PROMPTS]
         before = dict(engine.counters)
         generate_batch(engine, requests)
@@ -324,7 +323,7 @@ def test_engine_under_a_cpu_like_cost_curve_stops_drafting(small_draft_gen):
 
 
 def test_calibration_fills_the_cost_curves(small_draft_gen):
-    with BatchEngine(small_draft_gen, max_batch=2) as engine, own_costs(engine, PassCosts()) as costs:
+    with engine_with(small_draft_gen, max_batch=2) as engine, own_costs(engine, PassCosts()) as costs:
         engine.calibrate()
         assert sorted(costs.verify.points) == [1, 2, 4, 8, 16, 32]
         assert sorted(costs.draft.points) == [1, 2, 4, 8]  # draft steps over 1 to 8 rows
@@ -333,8 +332,8 @@ def test_calibration_fills_the_cost_curves(small_draft_gen):
 
 
 def test_nan_free_with_one_token_prompts(small_draft_gen):
-    with BatchEngine(small_draft_gen, max_batch=4, load_policy=False) as engine:
-        reqs = [BatchRequest([7], SamplingParams(temperature=1.0, seed=s, max_new_tokens=6, ignore_eos=True), k=2,
+    with engine_with(small_draft_gen, max_batch=4, load_policy=False) as engine:
+        reqs = [Request([7], SamplingParams(temperature=1.0, seed=s, max_new_tokens=6, ignore_eos=True), k=2,
                              proposer="draft") for s in range(3)]
         generate_batch(engine, reqs)
         for r in reqs:
@@ -353,8 +352,8 @@ def test_policy_probes_now_and_then_while_speculation_is_off():
 
 def test_new_rows_start_from_the_proposers_pooled_acceptance(small_draft_gen, monkeypatch):
     monkeypatch.setattr(small_draft_gen, "pooled_acceptance", {})
-    with BatchEngine(small_draft_gen, max_batch=4, load_policy=False) as engine:
-        generate_batch(engine, [BatchRequest(list(p), SamplingParams(max_new_tokens=12, ignore_eos=True), k=4,
+    with engine_with(small_draft_gen, max_batch=4, load_policy=False) as engine:
+        generate_batch(engine, [Request(list(p), SamplingParams(max_new_tokens=12, ignore_eos=True), k=4,
                                              proposer="draft") for p in PROMPTS])
         assert engine.pooled("draft").rate < 0.3  # a random small draft is mostly rejected
         assert "ngram3" not in engine.pooled_acceptance  # no lookup ran: nothing learnt
@@ -362,7 +361,7 @@ def test_new_rows_start_from_the_proposers_pooled_acceptance(small_draft_gen, mo
 
 
 def test_draft_rows_join_late_and_rejoin_after_a_long_pause(small_draft_gen, monkeypatch):
-    with BatchEngine(small_draft_gen, max_batch=4, load_policy=False) as engine:
+    with engine_with(small_draft_gen, max_batch=4, load_policy=False) as engine:
         caps = iter([3, 3] + [0] * 20)
         real_cap = engine.policy.cap
         monkeypatch.setattr(engine.policy, "cap", lambda plans: next(caps, real_cap(plans)))
@@ -371,7 +370,7 @@ def test_draft_rows_join_late_and_rejoin_after_a_long_pause(small_draft_gen, mon
         real_add = runner.add_rows
         monkeypatch.setattr(runner, "add_rows", lambda prefix, count=1: (joins.append(len(prefix)),
                                                                            real_add(prefix, count)))
-        reqs = [BatchRequest(list(p), SamplingParams(max_new_tokens=40, ignore_eos=True), k=3, proposer="draft")
+        reqs = [Request(list(p), SamplingParams(max_new_tokens=40, ignore_eos=True), k=3, proposer="draft")
                 for p in PROMPTS[:2]]
         generate_batch(engine, reqs)
         # Each row joined at its first drafting pass and rejoined once after 20 steps without drafts.
@@ -381,11 +380,11 @@ def test_draft_rows_join_late_and_rejoin_after_a_long_pause(small_draft_gen, mon
 
 
 def test_a_row_that_never_drafts_never_prefills_the_draft(small_draft_gen, monkeypatch):
-    with BatchEngine(small_draft_gen, max_batch=4) as engine:
+    with engine_with(small_draft_gen, max_batch=4) as engine:
         monkeypatch.setattr(engine.policy, "cap", lambda plans: 0)
         runner = engine.proposers["draft"].runner
         monkeypatch.setattr(runner, "add_rows", lambda *a, **kw: pytest.fail("the draft prefilled a row"))
-        reqs = [BatchRequest(list(p), SamplingParams(max_new_tokens=8, ignore_eos=True), k=3, proposer="draft")
+        reqs = [Request(list(p), SamplingParams(max_new_tokens=8, ignore_eos=True), k=3, proposer="draft")
                 for p in PROMPTS[:2]]
         generate_batch(engine, reqs)
         for r in reqs:

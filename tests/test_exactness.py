@@ -213,7 +213,7 @@ def batched_samples(gen):
     other temperatures and prompts, k fixed and auto, rows joining and leaving every step."""
     from collections import Counter
 
-    from specdecode.engine.request import Request as BatchRequest
+    from specdecode.engine.request import Request
 
     engine = gen
     fillers = [("ngram", 3, SamplingParams(temperature=0.0, max_new_tokens=5)),
@@ -221,12 +221,12 @@ def batched_samples(gen):
                ("none", 0, SamplingParams(temperature=1.0, top_p=0.8, max_new_tokens=3))]
     ours = []
     for i in range(BATCH_N):
-        req = BatchRequest(list(BATCH_PROMPT), TOPK.replace(seed=1000 + i), k=2 + i % 2, proposer="draft")
+        req = Request(list(BATCH_PROMPT), TOPK.replace(seed=1000 + i), k=2 + i % 2, proposer="draft")
         ours.append(req)
         engine.submit(req)
         if i % 4 == 3:
             name, k, params = fillers[i % 3]
-            engine.submit(BatchRequest([9, 10, 11, 9, 10][: 2 + i % 4], params.replace(ignore_eos=True), k=k,
+            engine.submit(Request([9, 10, 11, 9, 10][: 2 + i % 4], params.replace(ignore_eos=True), k=k,
                                        proposer=name))
         if len(engine.waiting) > 32:
             engine.step()

@@ -29,7 +29,7 @@ def metric(base: str, name: str, **labels) -> float:
     return total
 
 
-def BatchEngine(gen: SpeculativeGenerator, **config) -> SpeculativeGenerator:
+def engine_with(gen: SpeculativeGenerator, **config) -> SpeculativeGenerator:
     """A generator of its own over the fixture's models (tests patch it), with these knobs."""
     draft = gen.proposers["draft"].runner.model
     return SpeculativeGenerator.from_models(gen.target.model, gen.tokenizer, "draft", draft, gen.tokenizer,
@@ -52,7 +52,7 @@ def slow(engine: SpeculativeGenerator, seconds: float) -> SpeculativeGenerator:
 def server(twin_gen):
     # Load policy off: with it on, k follows the measured costs, and a seeded *sampled* request
     # consumes its random numbers differently when k differs (same distribution, other tokens).
-    engine = BatchEngine(twin_gen, max_batch=4, max_waiting=8, load_policy=False)
+    engine = engine_with(twin_gen, max_batch=4, max_waiting=8, load_policy=False)
     with live_server(create_app(engine, MODEL, default_k=3)) as (url, _):
         yield url, engine
 
@@ -209,7 +209,7 @@ def test_a_tree_request_through_the_openai_client(server):
 
 
 def test_disconnect_mid_stream_frees_the_slot(twin_gen):
-    engine = slow(BatchEngine(twin_gen, max_batch=2), 0.05)
+    engine = slow(engine_with(twin_gen, max_batch=2), 0.05)
     with live_server(create_app(engine, MODEL)) as (base, _):
         body = {"prompt": "abc", "max_tokens": 400, "ignore_eos": True, "stream": True}
         with httpx.stream("POST", f"{base}/v1/completions", json=body, timeout=60) as r:
@@ -228,7 +228,7 @@ def test_disconnect_mid_stream_frees_the_slot(twin_gen):
 
 
 def test_overload_gets_429_and_the_rest_complete(twin_gen):
-    engine = slow(BatchEngine(twin_gen, max_batch=1, max_waiting=1), 0.02)
+    engine = slow(engine_with(twin_gen, max_batch=1, max_waiting=1), 0.02)
     with live_server(create_app(engine, MODEL)) as (base, _):
         results = []
 
@@ -252,7 +252,7 @@ def test_overload_gets_429_and_the_rest_complete(twin_gen):
 
 
 def test_a_failing_request_does_not_affect_the_others(twin_gen, monkeypatch):
-    engine = BatchEngine(twin_gen, max_batch=4)
+    engine = engine_with(twin_gen, max_batch=4)
     real = engine.target.add_rows
 
     def add_rows(prefix, count=1):
@@ -270,7 +270,7 @@ def test_a_failing_request_does_not_affect_the_others(twin_gen, monkeypatch):
 
 
 def test_graceful_shutdown_finishes_in_flight_requests(twin_gen):
-    engine = slow(BatchEngine(twin_gen, max_batch=2), 0.02)
+    engine = slow(engine_with(twin_gen, max_batch=2), 0.02)
     results = []
     with live_server(create_app(engine, MODEL), timeout_graceful_shutdown=30) as (base, server):
         def fire():
@@ -336,7 +336,7 @@ def test_a_seed_means_the_same_text_alone_and_under_load(twin_gen):
 
     import openai
 
-    engine = BatchEngine(twin_gen, max_batch=8, load_policy=True)
+    engine = engine_with(twin_gen, max_batch=8, load_policy=True)
     engine.calibrate()
     with live_server(create_app(engine, MODEL, default_k="auto")) as (base, _):
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="none", max_retries=0)
@@ -363,7 +363,7 @@ def test_a_seed_means_the_same_text_alone_and_under_load(twin_gen):
 def test_the_suffix_memory_follows_its_scope_and_shows_in_metrics(twin_gen, scope):
     """The same prompt twice: the second reply drafts from the first one's memory when both came
     from one client (or the memory is shared), never across clients under `client`, never under `off`."""
-    engine = BatchEngine(twin_gen, max_batch=4, load_policy=False)
+    engine = engine_with(twin_gen, max_batch=4, load_policy=False)
     if scope == "off":
         engine.proposers["suffix"].memory_tokens = 0
     body = {"prompt": "Extract the city: Lisbon.", "max_tokens": 24, "temperature": 0, "ignore_eos": True,

@@ -24,8 +24,6 @@ candidate with the highest mean speedup over plain decoding is chosen.
 
 from __future__ import annotations
 
-import statistics
-import time
 from importlib import resources
 from pathlib import Path
 
@@ -39,7 +37,7 @@ ROUNDS = 3
 STEPS = 6  # one-token draft steps per round
 MAX_TOKENS = 384
 SHORTLISTS = (16, 32, 64)  # thousands of tokens, for the llama.cpp Q4_0 draft
-VERSION = 1
+VERSION = 2  # the decision rule: ties to the cheapest draft
 
 
 def candidates(llamacpp_available: bool) -> list[str]:
@@ -79,34 +77,34 @@ def predicted_speedup(rate: float, draft_s: float, verify: CostCurve) -> tuple[i
 def measure(target, drafts: dict, ids: list[int]) -> dict:
     """Per draft runner: draft step seconds and agreement with `target` over `ids`; and the
     target's verify curve. Runners (engine Runners) must hold no rows; they hold none after."""
+    from . import measured
+
     target.add_rows(ids[:1])
     p_logits = target.forward([ids[1:]])[0]
-    verify: dict[int, list[float]] = {w: [] for w in range(1, K_MAX + 2)}
-    for _ in range(ROUNDS):
-        for w in verify:
-            start = time.perf_counter()
-            target.forward([ids[:w]])
-            verify[w].append(time.perf_counter() - start)
-            target.rollback([w])
+
+    def verify_pass(w):
+        target.forward([ids[:w]])
+        target.rollback([w])
+
+    verify = measured.alternating_medians({w: (lambda w=w: verify_pass(w)) for w in range(1, K_MAX + 2)}, ROUNDS)
     target.remove_rows([0])
     found: dict[str, dict] = {}
-    steps: dict[str, list[float]] = {name: [] for name in drafts}
     for name, runner in drafts.items():
         runner.add_rows(ids[:1])
         found[name] = agreement(p_logits, runner.forward([ids[1:]])[0])
         runner.forward([ids[:1]], last_only=True)  # warm-up
         runner.rollback([1])
-    for _ in range(ROUNDS):
-        for name, runner in drafts.items():
-            for i in range(STEPS):
-                start = time.perf_counter()
-                runner.forward([ids[i:i + 1]], last_only=True)
-                steps[name].append(time.perf_counter() - start)
-                runner.rollback([1])
+
+    def draft_step(runner, i=[0]):
+        runner.forward([ids[i[0] % STEPS:i[0] % STEPS + 1]], last_only=True)
+        runner.rollback([1])
+        i[0] += 1
+
+    steps = measured.alternating_medians({n: (lambda r=r: draft_step(r)) for n, r in drafts.items()}, ROUNDS, STEPS)
     for name, runner in drafts.items():
         runner.remove_rows([0])
-        found[name]["draft_ms"] = round(statistics.median(steps[name]) * 1000, 3)
-    return {"drafts": found, "verify_ms": {str(w): round(statistics.median(t) * 1000, 3) for w, t in verify.items()}}
+        found[name]["draft_ms"] = round(steps[name] * 1000, 3)
+    return {"drafts": found, "verify_ms": {str(w): round(t * 1000, 3) for w, t in verify.items()}}
 
 
 def decide(measured: dict) -> dict:

@@ -41,7 +41,7 @@ class AdaptiveK:
     min_confidence: float = 0.4
     # Speculate only when the best k beats plain decoding by this fraction. None by default: for
     # one request a wrong "on" and a wrong "off" cost alike, and a margin turns a draft that pays
-    # little (c ~ 0.5 on a CPU) off after every unlucky run of rejections (docs/choosing-k.md).
+    # little off after every unlucky run of rejections (docs/choosing-k.md).
     margin: float = 0.0
     acceptance: AcceptanceTracker = field(default_factory=AcceptanceTracker)
 

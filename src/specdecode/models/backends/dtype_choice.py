@@ -7,10 +7,10 @@ draft's acceptance, so it is the user's call (docs/backends.md measures both). `
 activation scale per pass) is not offered: a long pass such as a prefill loses most of its
 precision to the largest activation in it (docs/backends.md).
 
-Why measure instead of reading the CPU flags: the flags do not say how PyTorch's kernels behave. On
-an AVX2-only EPYC bf16's matmul cost grew with the rows (a 4-token pass 3.6x a one-token one); on a
-2-core EPYC that lists AVX-512 BF16 but no AMX it is flat to 8 rows yet reads weights at well under
-the memory's speed; on Xeons with AMX bf16 is the fast path. A timing tells these apart.
+Why measure instead of reading the CPU flags: the flags do not say how PyTorch's kernels behave
+(whether bf16's matmul cost grows with the rows, how close to the memory's speed it reads weights,
+whether AMX is there and enabled); machines seen so far differ on each (docs/backends.md). A timing
+tells them apart.
 
 The timing is of what a decoding step is made of: a stack of distinct projections of a 1.5B model's
 MLP shape, too large together for the last-level cache (so weights stream from memory as in a real

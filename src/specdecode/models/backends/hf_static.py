@@ -1,6 +1,6 @@
 """The fast torch path: a preallocated KV cache indexed by position, and a compiled one-token step.
 
-`HFRunner` keeps transformers' DynamicCache, which grows by concatenation and is cut with `crop`.
+`BatchRunner` (hf_batch.py) keeps transformers' DynamicCache, which grows by concatenation and is cut with `crop`.
 `StaticRunner` allocates the cache once (transformers' StaticCache) and writes each new token at its
 position: a rollback only moves the position back (entries past it are masked by the causal mask and
 overwritten later), a new request only resets the position, and nothing is copied, allocated or
@@ -23,7 +23,7 @@ from .hf import context_length, logit_width
 
 
 class StaticRunner:
-    """ModelRunner over a transformers model with a static KV cache, batch size 1."""
+    """A SequenceRunner over a transformers model with a static KV cache, batch size 1."""
 
     def __init__(self, model: PreTrainedModel, compile: bool = False, initial: int = 1024,
                  compile_mode: str | None = None):
