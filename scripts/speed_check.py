@@ -18,7 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 CODE = "code_completion"
-PLAIN = ("plain", "llamacpp")  # plain decoders: ours through the engine, llama.cpp's own loop
+PLAIN = ("plain", "llamacpp", "llamacpp-shipped", "plain-torch")  # ours through the engine, llama.cpp's own loop
 
 
 def load(path: Path) -> list[dict]:

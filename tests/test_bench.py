@@ -75,6 +75,24 @@ def test_aggregate_by_hand():
     assert ("draft", "all") in records and records[("plain", "all")]["speedup_vs_plain"] == 1.0
 
 
+def test_speedups_are_over_the_fastest_plain_decoder_of_each_group():
+    steps = [(0.1, 1), (0.2, 1)]
+    runs = [run("plain", None, "code", 10, 1.0, steps), run("llamacpp", None, "code", 10, 0.5, steps),
+            run("plain-torch", None, "code", 10, 4.0, steps), run("ngram", 4, "code", 10, 0.4, steps),
+            run("plain", None, "qa", 10, 0.5, steps), run("llamacpp", None, "qa", 10, 1.0, steps),
+            run("ngram", 4, "qa", 10, 0.6, steps)]
+    records = {(r["method"], r["category"]): r for r in aggregate(runs)}
+    # code: llama.cpp's own loop (20 tok/s) is the fastest plain decoder; qa: ours (20 tok/s).
+    assert records[("ngram", "code")]["fastest_plain"] == "llamacpp"
+    assert records[("ngram", "code")]["speedup_vs_fastest_plain"] == pytest.approx(25 / 20)
+    assert records[("ngram", "code")]["speedup_vs_plain"] == pytest.approx(25 / 10)
+    assert records[("ngram", "qa")]["fastest_plain"] == "plain"
+    assert records[("ngram", "qa")]["speedup_vs_fastest_plain"] == pytest.approx(10 / 0.6 / 20)
+    assert records[("plain-torch", "code")]["speedup_vs_fastest_plain"] == pytest.approx(2.5 / 20)
+    # "all" pools both categories: plain 20 tokens in 1.5 s, llama.cpp 20 in 1.5 s (a tie, either is named).
+    assert records[("ngram", "all")]["speedup_vs_fastest_plain"] == pytest.approx((20 / 1.0) / (20 / 1.5))
+
+
 def test_bad_workload_files_name_the_line(tmp_path):
     f = tmp_path / "w.jsonl"
     f.write_text('{"turns": ["ok"]}\nnot json\n')
@@ -123,7 +141,7 @@ def test_bench_cli_writes_schema(monkeypatch, capsys, tiny_dirs, tmp_path):
     except SystemExit as exc:
         assert not exc.code, capsys.readouterr().err
     records = json.loads((out / "results.json").read_text())
-    required = {"method", "k", "temperature", "category", "tokens_per_s", "speedup_vs_plain", "ttft_s", "itl_p50_s",
+    required = {"method", "k", "temperature", "category", "tokens_per_s", "speedup_vs_fastest_plain", "speedup_vs_plain", "ttft_s", "itl_p50_s",
                 "itl_p90_s", "itl_p99_s", "tpot_s", "acceptance_rate", "mean_accepted_tokens",
                 "per_position_acceptance", "peak_rss_bytes"}
     for r in records:
@@ -216,3 +234,15 @@ def test_auto_runs_learn_from_their_own_earlier_runs_only(twin_gen, monkeypatch)
     assert seen[2] == {}  # and each temperature learns on its own
     assert set(twin_gen.pooled_acceptance) == set(learnt)  # the generator's state is back as it was
     assert all((twin_gen.pooled_acceptance[n].conditional == c).all() for n, c in learnt.items())
+
+
+def test_the_baselines_are_for_the_default_model(twin_gen, tok):
+    from specdecode.bench.methods import make_method
+
+    target = twin_gen.target.model
+    for name in ("plain-torch", "llamacpp-shipped"):
+        with pytest.raises(ValueError, match="another model"):
+            make_method(name, twin_gen, "/some/checkpoint", target, tok, None)
+    # Over a torch target, plain torch is our plain decoding itself (nothing else is loaded).
+    method = make_method("plain-torch", twin_gen, "default", target, tok, None)
+    assert method.name == "plain-torch" and method.proposer == "none" and method.gen is twin_gen

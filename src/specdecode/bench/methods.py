@@ -22,7 +22,11 @@ ENGINE_METHODS = {"plain": "none", "draft": "draft", "ngram": "ngram", "suffix":
                   "hybrid-suffix": "hybrid-suffix"}
 HF_METHODS = ("hf", "hf-assisted", "hf-pld")
 LLAMACPP_METHODS = ("llamacpp", "llamacpp-pld")
-ALL_METHODS = (*ENGINE_METHODS, *HF_METHODS, *LLAMACPP_METHODS)
+# The plain decoders a user of the default model would otherwise run, beside whatever runtime the
+# target is on: our plain decoding over the torch target, llama.cpp's own loop on the shipped GGUF.
+BASELINE_METHODS = ("plain-torch", "llamacpp-shipped")
+PLAIN_METHODS = ("plain", "hf", "llamacpp", *BASELINE_METHODS)  # decoders that draft nothing
+ALL_METHODS = (*ENGINE_METHODS, *HF_METHODS, *LLAMACPP_METHODS, *BASELINE_METHODS)
 
 
 @dataclass
@@ -217,6 +221,8 @@ def make_method(name: str, gen: Engine, target_spec: str, target_model, tokenize
 
     if name in ENGINE_METHODS:
         return EngineMethod(name, gen)
+    if name in BASELINE_METHODS:
+        return baseline_method(name, gen, target_spec, target_model, tokenizer)
     if name in HF_METHODS:
         hf_target = torch_model(target_model)
         hf_draft = torch_model(assistant if assistant is not None else draft_model)
@@ -277,3 +283,25 @@ class PeakMemory:
         self.peak = max(self.peak, self._proc.memory_info().rss)
         if torch.cuda.is_available():
             self.cuda_peak = int(torch.cuda.max_memory_allocated())
+
+
+def baseline_method(name: str, gen: Engine, target_spec: str, target_model, tokenizer):
+    """plain-torch or llamacpp-shipped for the target's model: the default model only, whose torch
+    checkpoint and shipped GGUF the cache holds."""
+    from ..models.backends.llamacpp import split_quant
+    from ..models.generator import build_generator
+    from ..models.loader import eos_ids, load
+    from ..models.registry import resolve, split_backend
+
+    model = "default" if target_spec.strip() == "auto" else split_quant(split_backend(target_spec.strip())[1])[0]
+    if model != "default":
+        raise ValueError(f"{name} runs the default model's torch checkpoint or shipped GGUF; the target "
+                         f"'{target_spec}' is another model")
+    if name == "plain-torch":
+        if backend_name(target_model).startswith("torch"):
+            return EngineMethod("plain", gen, label=name)
+        torch_target, tok = load("hf:default", "target", "auto")
+        return EngineMethod("plain", build_generator(torch_target, tok, "none"), label=name)
+    method = LlamaCppMethod("llamacpp", resolve("default", "target").gguf, eos_ids(target_model, tokenizer))
+    method.name = name
+    return method

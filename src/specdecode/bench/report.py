@@ -11,8 +11,8 @@ import torch
 import transformers
 
 RESULT_KEYS = (
-    "method", "k", "temperature", "category", "tokens_per_s", "speedup_vs_plain", "ttft_s", "itl_p50_s",
-    "itl_p90_s", "itl_p99_s", "tpot_s", "acceptance_rate", "mean_accepted_tokens", "per_position_acceptance",
+    "method", "k", "temperature", "category", "tokens_per_s", "speedup_vs_fastest_plain", "fastest_plain",
+    "speedup_vs_plain", "ttft_s", "itl_p50_s", "itl_p90_s", "itl_p99_s", "tpot_s", "acceptance_rate", "mean_accepted_tokens", "per_position_acceptance",
     "peak_rss_bytes", "tree",
 )
 
@@ -71,10 +71,10 @@ def markdown(records: list[dict], env: dict, config: dict, skipped: dict[str, st
     categories = sorted({r["category"] for r in records}, key=lambda c: (c != "all", c))
     for category in categories:
         lines += [f"## {'All prompts' if category == 'all' else 'Category: ' + category}", ""]
-        lines += ["| method | backend | k | T | tok/s | speedup vs plain | vs hf | vs llamacpp | TTFT ms | ITL p50/p90/p99 ms | TPOT ms | "
-                  "acceptance | mean accepted | per-position acceptance | c | predicted | draft/verify/other s | "
-                  "peak RSS GB | greedy = plain |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += ["| method | backend | k | T | tok/s | vs fastest plain | speedup vs plain | vs hf | vs llamacpp | TTFT ms | "
+                  "ITL p50/p90/p99 ms | TPOT ms | acceptance | mean accepted | per-position acceptance | c | predicted | "
+                  "draft/verify/other s | peak RSS GB | greedy = plain |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in (r for r in records if r["category"] == category):
             itl = "/".join(_fmt(r[key], ".0f", 1000) for key in ("itl_p50_s", "itl_p90_s", "itl_p99_s"))
             pos = " ".join(f"{x:.2f}" for x in r["per_position_acceptance"]) or "-"
@@ -84,7 +84,8 @@ def markdown(records: list[dict], env: dict, config: dict, skipped: dict[str, st
                 same = f"{r['greedy_compared'] - r['greedy_differs_from_plain']}/{r['greedy_compared']}"
             lines.append(
                 f"| {r['method']} | {r['backend']} | {'-' if r['k'] is None else r['k']} | {r['temperature']:g} | "
-                f"{r['tokens_per_s']:.2f} | {_fmt(r['speedup_vs_plain'], '.2f', suffix='x')} | "
+                f"{r['tokens_per_s']:.2f} | {_fmt(r['speedup_vs_fastest_plain'], '.2f', suffix='x')} "
+                f"({r['fastest_plain'] or '-'}) | {_fmt(r['speedup_vs_plain'], '.2f', suffix='x')} | "
                 f"{_fmt(r['speedup_vs_hf'], '.2f', suffix='x')} | {_fmt(r['speedup_vs_llamacpp'], '.2f', suffix='x')} | "
                 f"{_fmt(r['ttft_s'], '.0f', 1000)} | {itl} | "
                 f"{_fmt(r['tpot_s'], '.0f', 1000)} | {_fmt(r['acceptance_rate'], '.1%')} | "

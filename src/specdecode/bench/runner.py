@@ -12,7 +12,7 @@ import numpy as np
 from . import metrics
 from ..engine.engine import chat_ids
 from ..sampling.params import SamplingParams
-from .methods import ALL_METHODS, Method, Run
+from .methods import ALL_METHODS, PLAIN_METHODS, Method, Run
 from .workloads import Prompt
 
 
@@ -127,11 +127,22 @@ def aggregate(runs: list[dict]) -> list[dict]:
     for r in records:
         if r["method"] == "plain" and r["target_passes"]:
             plain_pass[(r["temperature"], r["category"])] = r["verify_s"] / r["target_passes"]
+    # The baseline a user compares against: the fastest plain decoder measured in this run (ours,
+    # llama.cpp's own loop, plain torch), per temperature and category.
+    fastest: dict[tuple, dict] = {}
+    for r in records:
+        if r["method"] in PLAIN_METHODS and r["tokens_per_s"]:
+            best = fastest.get((r["temperature"], r["category"]))
+            if best is None or r["tokens_per_s"] > best["tokens_per_s"]:
+                fastest[(r["temperature"], r["category"])] = r
     for r in records:
         for base, key in (("plain", "speedup_vs_plain"), ("hf", "speedup_vs_hf"),
                           ("llamacpp", "speedup_vs_llamacpp")):
             ref = by_key.get((base, None, r["temperature"], r["category"]))
             r[key] = r["tokens_per_s"] / ref["tokens_per_s"] if ref and ref["tokens_per_s"] else None
+        best = fastest.get((r["temperature"], r["category"]))
+        r["fastest_plain"] = best["method"] if best else None
+        r["speedup_vs_fastest_plain"] = r["tokens_per_s"] / best["tokens_per_s"] if best else None
         t1 = plain_pass.get((r["temperature"], r["category"]))
         r["draft_cost_ratio"] = None
         r["predicted_speedup"] = None
