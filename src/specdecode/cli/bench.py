@@ -78,7 +78,7 @@ def bench(
     from ..bench.runner import BenchConfig, Grid, aggregate, run_grid
     from ..bench.workloads import length_sweep, load_workload
     from ..models.draft_choice import AUTO
-    from ..models.generator import build_generator, choose_draft, load_models
+    from ..models.generator import build_generator, choose_draft, choose_target, load_models
     from ..models.loader import backend_name, load_draft, torch_model
     from ..proposers import WITH_DRAFT
 
@@ -127,6 +127,10 @@ def bench(
     # Several drafts (e.g. hf:default,llamacpp:default) are compared in one run: the first is
     # `draft` (and hf-assisted's assistant), the others are methods named draft-<backend>.
     drafts = [d.strip() for d in (draft or "").split(",") if d.strip()] if needs_draft else []
+    target_found = None
+    if target.strip() == AUTO:  # resolved once, so the draft choice and the report name the runtime
+        target_found = choose_target(resolved_dtype)
+        target = target_found["choice"]
     target_model, tokenizer, draft_model, draft_tok = load_models(target, drafts[0] if drafts else None,
                                                                   resolved_dtype, resolved_draft)
     if prompt_lengths is not None:
@@ -207,6 +211,8 @@ def bench(
                         progress=lambda label: progress.update(task, advance=1, description=label))
     records = aggregate(runs)
     env = environment(resolved_dtype, resolved_draft, target, draft)
+    if target_found is not None:
+        env["target_choice"] = {"choice": target_found["choice"], "why": target_found["why"]}
     if draft_model is not None and drafts[0] == AUTO:  # measured and cached when it was loaded
         chosen = choose_draft(target, target_model, tokenizer, resolved_dtype, resolved_draft)
         env["draft_choice"] = {"choice": chosen["choice"], "why": chosen["why"]}

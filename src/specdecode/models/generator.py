@@ -108,8 +108,12 @@ def choose_target(dtype: str) -> dict:
 
 
 def choose_draft(target: str, target_model, tokenizer, dtype: str, draft_dtype: str | None = None) -> dict:
-    """What `--draft auto` runs beside this target here: draft_choice's measured pick (cached)."""
+    """What `--draft auto` runs beside this target here: draft_choice's measured pick (cached under the
+    target's resolved spec, never under "auto")."""
     import sys
+
+    if target.strip() == target_choice.AUTO:
+        target = choose_target(dtype)["choice"]
 
     return draft_choice.choose(target, target_model, tokenizer, parse_dtype(dtype), parse_dtype(draft_dtype or dtype),
                                log=lambda line: print(line, file=sys.stderr))
