@@ -44,6 +44,30 @@ def logits_of(runner, prefix: list[int], tokens: list[int]) -> torch.Tensor:
 
 @needs_llamacpp
 @pytest.mark.realmodel
+def test_several_rows_get_every_position_and_long_prompts_one_call():
+    """The runner's context is sized for itself: many rows (verify runs hundreds of sequences), logits
+    at every position of each, prompts in 512-token calls. It once inherited the 64-token batch and
+    one output per sequence of the tiny context llama-cpp-python opened, and llama.cpp aborted the
+    process when a runner held more than 64 rows (GGML_ASSERT n_outputs_max): run in a child so that
+    an abort fails this test only."""
+    import subprocess
+
+    code = """
+import torch
+from specdecode.models.backends import llamacpp
+from specdecode.models.registry import resolve
+r = llamacpp.LlamaCppRunner.load(resolve("default", "draft").gguf, n_ctx=512, max_rows=80)
+r.add_rows(list(range(1000, 1300)), 3)  # a 300-token prompt, one decode call, copied to 3 rows
+out = r.forward([list(range(2000 + 6 * b, 2006 + 6 * b)) for b in range(3)])
+assert [tuple(o.shape) for o in out] == [(6, r.vocab_size)] * 3 and all(torch.isfinite(o).all() for o in out)
+print("ok", r.lengths)
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and "ok [306, 306, 306]" in run.stdout, run.stderr[-2000:]
+
+
+@needs_llamacpp
+@pytest.mark.realmodel
 def test_block_logits_equal_one_by_one_and_rollback_restores(draft_runner):
     r = draft_runner
     ids = list(range(1000, 1012))

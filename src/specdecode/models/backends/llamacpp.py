@@ -103,6 +103,9 @@ def load_llama(path: str | Path, n_ctx: int = 4096, n_threads: int | None = None
         raise ModelError(f"llama.cpp could not load {path}: {exc}") from exc
 
 
+N_BATCH = 512  # tokens per llama_decode call (llama.cpp's default)
+
+
 class LlamaCppRunner:
     """Runner over one llama.cpp context holding every row as its own sequence id.
 
@@ -129,6 +132,13 @@ class LlamaCppRunner:
         params.n_ctx = total_ctx or n_ctx * min(max_rows, 4)
         params.n_seq_max = max_rows
         params.kv_unified = True
+        # Sized for this context, not inherited from the tiny one `llm` was opened with: batches of
+        # N_BATCH tokens (prefill at llama.cpp's own chunk size), and logits for every token of a
+        # batch from any row (a verify pass over several rows wants k + 1 from each; llama.cpp
+        # aborts the process when a batch asks for more outputs than the context was built for).
+        params.n_batch = params.n_ubatch = N_BATCH
+        params.n_outputs_max = N_BATCH
+        params.n_outputs_max_per_seq = 0  # 0: up to n_outputs_max
         self._ctx = _internals.LlamaContext(model=llm._model, params=params, verbose=False)
         self._lib = llama_cpp
         self._n_batch = int(params.n_batch)
