@@ -6,14 +6,16 @@ import sys
 from specdecode import cli
 
 
-def run_verify(monkeypatch, capsys, dirs, *extra):
+def run_verify(monkeypatch, capsys, dirs, *extra, code=0):
     args = ["specdecode", "verify", "hello", "--target", dirs["target"], "--draft", dirs["draft"], "--dtype", "fp32",
             "--proposer", "draft,ngram", "--samples", "600", "--length", "2", "--k", "3", "--json", *extra]
     monkeypatch.setattr(sys, "argv", args)
     try:
         cli.main()
     except SystemExit as exc:
-        assert not exc.code, capsys.readouterr().err
+        assert (exc.code or 0) == code, capsys.readouterr().err
+    else:
+        assert code == 0
     return json.loads(capsys.readouterr().out)
 
 
@@ -31,7 +33,7 @@ def test_verify_passes_for_exact_sampling(monkeypatch, capsys, tiny_dirs):
 
 def test_verify_catches_the_naive_residual(monkeypatch, capsys, tiny_dirs):
     # The tiny draft and target disagree a lot, so the naive residual's bias is large.
-    report = run_verify(monkeypatch, capsys, tiny_dirs, "--seed", "2", "--naive")
+    report = run_verify(monkeypatch, capsys, tiny_dirs, "--seed", "2", "--naive", code=1)  # exit 1: CI fails
     assert not report["passed"]
     assert not report["results"]["draft"]["first_token_exact"]["passed"]
 
@@ -57,7 +59,7 @@ def test_verify_passes_with_block_verification_and_with_trees(monkeypatch, capsy
 def test_verify_with_trees_catches_the_naive_residual(monkeypatch, capsys, tiny_dirs):
     # Full support, where the naive residual's bias is large enough for 600 samples (the engine-level
     # tree control in test_tree.py measures the tree walk's own wrong residual at 1,500).
-    report = run_verify(monkeypatch, capsys, tiny_dirs, "--seed", "4", "--tree", "6", "--naive")
+    report = run_verify(monkeypatch, capsys, tiny_dirs, "--seed", "4", "--tree", "6", "--naive", code=1)
     assert not report["passed"]
 
 
@@ -66,5 +68,5 @@ def test_verify_passes_with_a_shortlisted_draft_and_catches_the_naive_residual(m
     dirs = {**tiny_dirs, "draft": tiny_dirs["draft"] + "+v200"}
     report = run_verify(monkeypatch, capsys, dirs, "--seed", "5")
     assert report["passed"], report
-    report = run_verify(monkeypatch, capsys, dirs, "--seed", "6", "--naive")
+    report = run_verify(monkeypatch, capsys, dirs, "--seed", "6", "--naive", code=1)
     assert not report["passed"]

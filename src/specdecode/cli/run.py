@@ -204,6 +204,8 @@ def verify(
         print(json.dumps(report))
     else:
         print_verify_report(report, tokenizer=gen.tokenizer, draws=draws)
+    if not report["passed"]:
+        raise typer.Exit(1)  # a CI step that runs verify fails when the distribution does not match
 
 
 @app.command()
