@@ -12,8 +12,10 @@ at 4096 positions); here logits are requested only for the positions a caller ne
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -97,13 +99,24 @@ def load_llama(path: str | Path, n_ctx: int = 4096, n_threads: int | None = None
         raise ModelError(f"no GGUF file at {path}")
     threads = n_threads or default_threads()
     try:
-        return Llama(model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch, n_threads=threads,
-                     n_threads_batch=threads, logits_all=logits_all, verbose=False)
+        llm = Llama(model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch, n_threads=threads,
+                    n_threads_batch=threads, logits_all=logits_all, verbose=False)
     except (ValueError, RuntimeError) as exc:
         raise ModelError(f"llama.cpp could not load {path}: {exc}") from exc
+    _OPEN.add(llm)
+    return llm
 
 
 N_BATCH = 512  # tokens per llama_decode call (llama.cpp's default)
+# Runners still open when the interpreter exits are closed first: llama-cpp-python's own finalisers,
+# run after its module globals are gone, print a traceback per model otherwise.
+_OPEN: weakref.WeakSet = weakref.WeakSet()  # runners and Llama objects
+
+
+@atexit.register
+def _close_all() -> None:
+    for owner in list(_OPEN):
+        owner.close()
 
 
 class LlamaCppRunner:
@@ -147,12 +160,22 @@ class LlamaCppRunner:
         self._embeddings = embeddings
         self._batch = llama_cpp.llama_batch_init(self._n_batch, embeddings.width if embeddings else 0, 1)
         self._free = list(range(max_rows - 1, -1, -1))  # sequence ids not in use
+        _OPEN.add(self)
         self.seq: list[int] = []  # sequence id of each row
         self.lengths: list[int] = []
 
-    def __del__(self):
+    def close(self) -> None:
+        """Free the batch, the context and the weights now, while the library is still loaded."""
         batch, self._batch = getattr(self, "_batch", None), None
         if batch is not None:
+            self._lib.llama_batch_free(batch)
+        for owner in (getattr(self, "_ctx", None), getattr(self, "llm", None)):
+            if owner is not None:
+                owner.close()
+
+    def __del__(self):
+        batch, self._batch = getattr(self, "_batch", None), None
+        if batch is not None and getattr(self._lib, "llama_batch_free", None) is not None:
             self._lib.llama_batch_free(batch)
 
     @classmethod
