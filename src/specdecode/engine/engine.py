@@ -458,7 +458,10 @@ class Engine:
 
     def pooled(self, source: str) -> AcceptanceTracker:
         """A source's acceptance over all recent requests (the prior of a new request's own)."""
-        return self.pooled_acceptance.setdefault(source, AcceptanceTracker(decay=0.98))
+        tracker = self.pooled_acceptance.get(source)
+        if tracker is None:  # built only when missing: this runs every step
+            tracker = self.pooled_acceptance[source] = AcceptanceTracker(decay=0.98)
+        return tracker
 
     def calibrate(self) -> None:
         """Start the cost curves from a few timed passes (policy/calibration.py); call it while idle."""
