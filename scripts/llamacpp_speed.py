@@ -12,7 +12,7 @@ import time
 
 import llama_cpp
 
-from specdecode.models.loader import _load_llamacpp
+from specdecode.models.loader import load
 
 PROMPT = 700
 
@@ -21,7 +21,7 @@ def main(specs: list[str]) -> None:
     print(llama_cpp.llama_print_system_info().decode().strip())
     for spec in specs:
         role = "draft" if "@" in spec else "target"
-        runner, _ = _load_llamacpp(spec, role, max_rows=1)
+        runner, _ = load(spec if spec.startswith("llamacpp:") else f"llamacpp:{spec}", role, "auto", max_rows=1)
         results = []
         for _ in range(2):
             t = time.perf_counter()
