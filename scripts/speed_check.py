@@ -17,8 +17,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from specdecode.bench.methods import PLAIN_METHODS as PLAIN  # the decoders that draft nothing
+
 CODE = "code_completion"
-PLAIN = ("plain", "llamacpp", "llamacpp-shipped", "plain-torch")  # ours through the engine, llama.cpp's own loop
 
 
 def load(path: Path) -> list[dict]:

@@ -8,11 +8,16 @@ import time
 import uvicorn
 
 
-@contextlib.contextmanager
-def live_server(app, **config):
+def free_port() -> int:
+    """A loopback port nothing listens on now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def live_server(app, **config):
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", **config))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

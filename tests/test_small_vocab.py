@@ -3,16 +3,15 @@ start-up measurement uses tokens the model has, so serving and every proposer wo
 vocabulary's size."""
 
 import os
-import socket
 import subprocess
 import sys
 import time
 
 import httpx
 import pytest
-import torch
 
 import tiny
+from live_server import free_port
 from specdecode import SamplingParams, SpeculativeGenerator
 from specdecode.policy.calibration import CalibrationError, calibrate, token_ids
 from specdecode.policy.costs import PassCosts
@@ -64,12 +63,6 @@ def test_generate_with_every_proposer_equals_plain_greedy(small, proposer):
     plain = gen.generate(prompt, params, proposer="none").token_ids
     out = gen.generate(prompt, params, proposer=proposer, k=3).token_ids
     assert out == plain and len(out) == 24 and max(out) < small["vocab"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_serve_answers_a_completion_on_a_small_vocabulary(small):

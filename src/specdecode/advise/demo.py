@@ -4,7 +4,6 @@ prints is measured in the run: speedups are over the fastest plain decoder of th
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -56,6 +55,7 @@ def engine_decoder(name: str, gen, plain: bool, proposer: str = "none", k: int |
 def llamacpp_decoder(name: str, gguf, gen) -> Decoder:
     """llama-cpp-python's own plain generation loop, sampler and threads on a GGUF file, fed the same
     chat-formatted prompt ids as our engine."""
+    from ..bench import metrics
     from ..bench.methods import LlamaCppMethod
     from ..engine.prompts import chat_ids
 
@@ -64,9 +64,9 @@ def llamacpp_decoder(name: str, gguf, gen) -> Decoder:
     def run(prompt: str, params: SamplingParams) -> Output:
         ids = chat_ids(gen.tokenizer, [{"role": "user", "content": prompt}])
         result = method.run(ids, params, None)
-        first = result.steps[0][0] if result.steps else result.total_s
-        decode = (len(result.token_ids) - 1) / max(result.total_s - first, 1e-9) if len(result.token_ids) > 1 else 0.0
-        return Output(result.token_ids, gen.tokenizer.decode(result.token_ids, skip_special_tokens=True), decode)
+        per_token = metrics.tpot(result.total_s, metrics.ttft(result.steps) or result.total_s, len(result.token_ids))
+        return Output(result.token_ids, gen.tokenizer.decode(result.token_ids, skip_special_tokens=True),
+                      1 / per_token if per_token else 0.0)
     return Decoder(name, True, run)
 
 
@@ -78,7 +78,6 @@ def run(decoders: list[Decoder], prompts: list[str], params: SamplingParams, ref
     for i, prompt in enumerate(prompts):
         outputs = {}
         for decoder in decoders:
-            time.sleep(0)  # a point where a KeyboardInterrupt lands between decoders
             outputs[decoder.name] = decoder.run(prompt, params)
         plain = {d.name: outputs[d.name].decode_tokens_per_s for d in decoders if d.plain}
         fastest = max(plain, key=plain.get)

@@ -213,7 +213,7 @@ class LlamaCppMethod:
 
 
 def make_method(name: str, gen: Engine, target_spec: str, target_model, tokenizer, draft_model,
-                assistant=None):
+                assistant=None, dtype: str = "auto"):
     """One bench method over the loaded models; raises with the reason when it cannot run here.
     `assistant`: hf-assisted's draft (default: draft_model), a transformers model or None."""
     from ..models.loader import eos_ids
@@ -222,7 +222,7 @@ def make_method(name: str, gen: Engine, target_spec: str, target_model, tokenize
     if name in ENGINE_METHODS:
         return EngineMethod(name, gen)
     if name in BASELINE_METHODS:
-        return baseline_method(name, gen, target_spec, target_model, tokenizer)
+        return baseline_method(name, gen, target_spec, target_model, tokenizer, dtype)
     if name in HF_METHODS:
         hf_target = torch_model(target_model)
         hf_draft = torch_model(assistant if assistant is not None else draft_model)
@@ -285,9 +285,9 @@ class PeakMemory:
             self.cuda_peak = int(torch.cuda.max_memory_allocated())
 
 
-def baseline_method(name: str, gen: Engine, target_spec: str, target_model, tokenizer):
-    """plain-torch or llamacpp-shipped for the target's model: the default model only, whose torch
-    checkpoint and shipped GGUF the cache holds."""
+def baseline_method(name: str, gen: Engine, target_spec: str, target_model, tokenizer, dtype: str = "auto"):
+    """plain-torch (at the bench's dtype) or llamacpp-shipped for the target's model: the default
+    model only, whose torch checkpoint and shipped GGUF the cache holds."""
     from ..models.backends.llamacpp import split_quant
     from ..models.generator import build_generator
     from ..models.loader import eos_ids, load
@@ -300,7 +300,7 @@ def baseline_method(name: str, gen: Engine, target_spec: str, target_model, toke
     if name == "plain-torch":
         if backend_name(target_model).startswith("torch"):
             return EngineMethod("plain", gen, label=name)
-        torch_target, tok = load("hf:default", "target", "auto")
+        torch_target, tok = load("hf:default", "target", dtype)
         return EngineMethod("plain", build_generator(torch_target, tok, "none"), label=name)
     method = LlamaCppMethod("llamacpp", resolve("default", "target").gguf, eos_ids(target_model, tokenizer))
     method.name = name

@@ -156,7 +156,8 @@ def bench(
     grid = Grid([])
     for name in method_names:
         try:
-            grid.methods.append(make_method(name, gen, target, target_model, tokenizer, draft_model, assistant))
+            grid.methods.append(make_method(name, gen, target, target_model, tokenizer, draft_model, assistant,
+                                               resolved_dtype))
         except Exception as exc:  # noqa: BLE001 - e.g. the llamacpp extra is not installed: reported below
             grid.skipped[name] = f"{type(exc).__name__}: {exc}"
     if "draft" in method_names:

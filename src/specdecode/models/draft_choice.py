@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from ..policy.costs import CostCurve, best_k, expected_tokens
+from ..policy.costs import CostCurve, best_k_at_rate
 
 AUTO = "auto"
 K_MAX = 8
@@ -69,7 +69,7 @@ def agreement(p_logits: torch.Tensor, q_logits: torch.Tensor) -> dict:
 def predicted_speedup(rate: float, draft_s: float, verify: CostCurve) -> tuple[int, float]:
     """(best k, tokens/s at that k over plain decoding's) when every draft position is accepted
     with chance `rate` given the ones before it."""
-    k, tokens_per_s = best_k(lambda k: expected_tokens([rate] * k, k), lambda k: k * draft_s + verify(1 + k), K_MAX)
+    k, tokens_per_s = best_k_at_rate(rate, draft_s, verify, K_MAX)
     return k, tokens_per_s * verify(1)
 
 

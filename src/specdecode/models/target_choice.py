@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from ..policy.costs import CostCurve, best_k, expected_tokens
+from ..policy.costs import CostCurve, best_k_at_rate
 from . import measured
 from .draft_choice import AUTO, K_MAX, ROUNDS, STEPS, agreement, calibration_ids
 
@@ -43,11 +43,6 @@ def candidates(llamacpp_available: bool) -> list[str]:
 def reference_draft(llamacpp_available: bool) -> str:
     """The draft whose acceptance and cost price every target candidate alike."""
     return "llamacpp:default@q4_0+v32k" if llamacpp_available else "hf:default"
-
-
-def predicted(rate: float, draft_s: float, verify: CostCurve) -> tuple[int, float]:
-    """(best k, speculative tokens/s) when each drafted position is accepted with chance `rate`."""
-    return best_k(lambda k: expected_tokens([rate] * k, k), lambda k: k * draft_s + verify(1 + k), K_MAX)
 
 
 @torch.inference_mode()
@@ -97,8 +92,8 @@ def decide(found: dict) -> dict:
     table = {}
     for name, m in found["targets"].items():
         verify = CostCurve({int(w): ms / 1000 for w, ms in m["verify_ms"].items()})
-        k0, s0 = predicted(m["greedy"], draft_s, verify)
-        k1, s1 = predicted(m["sampled"], draft_s, verify)
+        k0, s0 = best_k_at_rate(m["greedy"], draft_s, verify, K_MAX)
+        k1, s1 = best_k_at_rate(m["sampled"], draft_s, verify, K_MAX)
         table[name] = {**m, "plain_tokens_per_s": round(1 / verify(1), 2), "c": round(draft_s / verify(1), 3),
                        "k_greedy": k0, "spec_tokens_per_s_greedy": round(s0, 2), "k_t1": k1,
                        "spec_tokens_per_s_t1": round(s1, 2)}
@@ -155,4 +150,4 @@ def cached(cache: Path | None = None) -> list[dict]:
     return measured.cached("target", cache)
 
 
-__all__ = ["AUTO", "candidates", "choose", "decide", "measure", "predicted", "reference_draft"]
+__all__ = ["AUTO", "candidates", "choose", "decide", "measure", "reference_draft"]

@@ -50,6 +50,12 @@ def best_k(tokens: Callable[[int], float], cost: Callable[[int], float], k_max: 
     return best, (best_rate if best else plain)
 
 
+def best_k_at_rate(rate: float, draft_token_s: float, verify: "CostCurve", k_max: int) -> tuple[int, float]:
+    """best_k when every drafted position is accepted with chance `rate` given the ones before it:
+    how a measured draft (or target runtime) is priced before any real pass has run."""
+    return best_k(lambda k: expected_tokens([rate] * k, k), lambda k: pass_seconds(verify, draft_token_s, k), k_max)
+
+
 class CostCurve:
     """Seconds of one forward pass as a function of the tokens in it (rows x padded width)."""
 

@@ -166,15 +166,17 @@ class LlamaCppRunner:
 
     def close(self) -> None:
         """Free the batch, the context and the weights now, while the library is still loaded."""
-        batch, self._batch = getattr(self, "_batch", None), None
-        if batch is not None:
-            self._lib.llama_batch_free(batch)
+        self._free_batch()
         for owner in (getattr(self, "_ctx", None), getattr(self, "llm", None)):
             if owner is not None:
                 owner.close()
 
     def __del__(self):
+        self._free_batch()
+
+    def _free_batch(self) -> None:
         batch, self._batch = getattr(self, "_batch", None), None
+        # At interpreter exit the library's functions may already be gone (None).
         if batch is not None and getattr(self._lib, "llama_batch_free", None) is not None:
             self._lib.llama_batch_free(batch)
 
