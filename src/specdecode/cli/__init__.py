@@ -85,6 +85,11 @@ SuffixTokens = typer.Option(100_000, "--suffix-cache-tokens", help="tokens of re
 DType = typer.Option("auto", "--dtype", help="auto | bfloat16 (bf16) | float32 (fp32) | int8 (dynamic int8 linears) | w8a8 (int8 linears, rows independent); auto = the faster of bf16 and fp32 on this machine (timed once, cached)")
 
 
+Device = typer.Option("auto", "--device", help="cpu | cuda | cuda:N | auto (a GPU when torch sees one, else the "
+                      "CPU): where the target and draft run; sampling stays on the CPU, so seeded output is the "
+                      "same on every device")
+
+
 DraftDType = typer.Option(None, "--draft-dtype", help="dtype of the draft model (default: --dtype); int8 is cheap")
 
 

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from ..sampling.params import InvalidParameter, SamplingParams
-from . import (DType, Draft, DraftContext, DraftDType, Target, app, check_draft_context, err, out, parse_list)
+from . import (Device, DType, Draft, DraftContext, DraftDType, Target, app, check_draft_context, err, out, parse_list)
 from .render import print_plan
 
 
@@ -158,6 +158,7 @@ def tune(
     temperature: float = typer.Option(0.0, "--temperature"),
     dtype: str = DType,
     draft_dtype: Optional[str] = DraftDType,
+    device: str = Device,
     draft_context: int = DraftContext,
     measure: str = typer.Option("best", "--measure", help="best (plain + the recommendation) | all | none"),
     save: Optional[str] = typer.Option(None, "--save", help="write the choice to this config file"),
@@ -185,7 +186,7 @@ def tune(
     prompts = load_workload(workload, parse_list(categories, str, "--categories") if categories else None, limit)
     needs_draft = any(n in WITH_DRAFT for n in names)
     window = check_draft_context(draft_context)
-    gen = load_for_tune(target, draft if needs_draft else None, dtype, draft_dtype, window)
+    gen = load_for_tune(target, draft if needs_draft else None, dtype, draft_dtype, window, device)
     ids = [gen.encode(p.turns[0]) for p in prompts]
     gen.generate(ids[0], SamplingParams(max_new_tokens=4), k=2, chat=False, proposer="none")  # warm-up
     k_max = max(k_values)
@@ -259,8 +260,9 @@ def tune(
               "tok/s)" + (f"; saved to {save}" if save else ""), highlight=False)
 
 
-def load_for_tune(target, draft, dtype, draft_dtype, draft_context=None):
+def load_for_tune(target, draft, dtype, draft_dtype, draft_context=None, device="auto"):
     from ..models.generator import SpeculativeGenerator
 
     return SpeculativeGenerator.from_pretrained(target=target, draft=draft, proposer="draft" if draft else "none",
-                                               dtype=dtype, draft_dtype=draft_dtype, draft_context=draft_context)
+                                               dtype=dtype, draft_dtype=draft_dtype, draft_context=draft_context,
+                                               device=device)

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from ..engine.request import check_tree
 from ..sampling.params import InvalidParameter, SamplingParams
-from . import (DType, Draft, DraftContext, DraftDType, SuffixTokens, Target, app, check_draft_context,
+from . import (Device, DType, Draft, DraftContext, DraftDType, SuffixTokens, Target, app, check_draft_context,
                check_suffix_tokens, err, from_config, out, parse_k, parse_list)
 
 
@@ -34,6 +34,7 @@ def bench(
     draft: str = Draft,
     dtype: str = DType,
     draft_dtype: Optional[str] = DraftDType,
+    device: str = Device,
     draft_context: int = DraftContext,
     suffix_cache_tokens: int = SuffixTokens,
     out_dir: str = typer.Option("bench-out", "--out", help="directory for results.json, report.md and plots"),
@@ -77,6 +78,7 @@ def bench(
     from ..bench.report import environment, write_outputs
     from ..bench.runner import BenchConfig, Grid, aggregate, run_grid
     from ..bench.workloads import length_sweep, load_workload
+    from ..models.device import resolve_device
     from ..models.draft_choice import AUTO
     from ..models.generator import build_generator, choose_draft, choose_target, load_models
     from ..models.loader import backend_name, load_draft, torch_model
@@ -128,11 +130,12 @@ def bench(
     # `draft` (and hf-assisted's assistant), the others are methods named draft-<backend>.
     drafts = [d.strip() for d in (draft or "").split(",") if d.strip()] if needs_draft else []
     target_found = None
+    resolved_device = resolve_device(device)
     if target.strip() == AUTO:  # resolved once, so the draft choice and the report name the runtime
-        target_found = choose_target(resolved_dtype)
+        target_found = choose_target(resolved_dtype, resolved_device)
         target = target_found["choice"]
     target_model, tokenizer, draft_model, draft_tok = load_models(target, drafts[0] if drafts else None,
-                                                                  resolved_dtype, resolved_draft)
+                                                                  resolved_dtype, resolved_draft, device=resolved_device)
     if prompt_lengths is not None:
         prompts = length_sweep(tokenizer, parse_list(prompt_lengths, int, "--prompt-lengths"))
     gen = build_generator(target_model, tokenizer, "draft" if draft_model is not None else "none", draft_model,
@@ -145,14 +148,15 @@ def bench(
             f"{len(too_long)} prompts do not fit the target's context of {gen.target.max_context} tokens with "
             f"--max-new-tokens {max_new_tokens} (e.g. prompt {too_long[0][0]} in {too_long[0][1]}: {too_long[0][2]} "
             "tokens); choose other --categories or fewer --max-new-tokens")
-    others = [(spec, *load_draft(spec, resolved_draft, target_model, tokenizer)) for spec in drafts[1:]] \
+    others = [(spec, *load_draft(spec, resolved_draft, target_model, tokenizer, device=resolved_device))
+              for spec in drafts[1:]] \
         if needs_draft else []
     # hf-assisted needs a transformers assistant: the first draft in the list that is one.
     assistant = next((m for m in [draft_model, *(o[1] for o in others)] if torch_model(m) is not None), None)
     if assistant is None and "hf-assisted" in method_names and torch_model(target_model) is not None:
         # No draft listed is a transformers model (e.g. only llama.cpp drafts): the peer gets the
         # default pair's torch draft, so that it still runs beside ours.
-        assistant = load_draft("default", resolved_draft, target_model, tokenizer)[0]
+        assistant = load_draft("default", resolved_draft, target_model, tokenizer, device=resolved_device)[0]
     grid = Grid([])
     for name in method_names:
         try:
@@ -212,10 +216,11 @@ def bench(
                         progress=lambda label: progress.update(task, advance=1, description=label))
     records = aggregate(runs)
     env = environment(resolved_dtype, resolved_draft, target, draft)
+    env["device"] = resolved_device
     if target_found is not None:
         env["target_choice"] = {"choice": target_found["choice"], "why": target_found["why"]}
     if draft_model is not None and drafts[0] == AUTO:  # measured and cached when it was loaded
-        chosen = choose_draft(target, target_model, tokenizer, resolved_dtype, resolved_draft)
+        chosen = choose_draft(target, target_model, tokenizer, resolved_dtype, resolved_draft, resolved_device)
         env["draft_choice"] = {"choice": chosen["choice"], "why": chosen["why"]}
     cfg = {"workload": prompt_lengths and f"prompt lengths {prompt_lengths}" or workload, "categories": categories,
            "limit": limit, "turns": turns, "methods": method_names, "k": k_values, "temperature": temps, "tree": trees,

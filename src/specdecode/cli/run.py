@@ -14,7 +14,7 @@ from rich.table import Table
 from ..engine.request import check_tree
 from ..models.registry import ModelError
 from ..sampling.params import InvalidParameter, SamplingParams
-from . import (DType, Draft, DraftContext, DraftDType, Proposer, Sampler, SuffixTokens, Target, app,
+from . import (Device, DType, Draft, DraftContext, DraftDType, Proposer, Sampler, SuffixTokens, Target, app,
                check_draft_context, check_prefix_tokens, check_suffix_tokens, err, from_config, out, parse_k,
                sampling_from_flags, summary_line)
 from .render import print_verify_report
@@ -42,6 +42,7 @@ def generate(
                              "in branches of candidates (0: a chain of k)"),
     dtype: str = DType,
     draft_dtype: Optional[str] = DraftDType,
+    device: str = Device,
     draft_context: int = DraftContext,
     no_chat: bool = typer.Option(False, "--no-chat", help="do not apply the chat template"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object instead of streaming"),
@@ -62,7 +63,8 @@ def generate(
     params = sampling_from_flags(max_new_tokens, temperature, top_k, top_p, min_p, seed, stop, ignore_eos, sampler)
     steps = parse_k(k)
     gen = SpeculativeGenerator.from_pretrained(target=target, draft=draft, proposer=proposer, dtype=dtype,
-                                               draft_dtype=draft_dtype, draft_context=check_draft_context(draft_context))
+                                               draft_dtype=draft_dtype, draft_context=check_draft_context(draft_context),
+                                               device=device)
     if distributed and int(os.environ.get("RANK", "0")) != 0:
         gen.generate(prompt, params, k=steps, chat=not no_chat, verifier=verifier, tree=tree)  # the others compute
         return
@@ -134,6 +136,7 @@ def verify(
     seed: int = typer.Option(0, "--seed"),
     dtype: str = typer.Option("float32", "--dtype", help="float32 by default: exact, and fast for batches on CPU"),
     draft_dtype: Optional[str] = DraftDType,
+    device: str = Device,
     no_chat: bool = typer.Option(False, "--no-chat"),
     naive: bool = typer.Option(False, "--naive", help="use the WRONG residual (sample from p) to see the check fail"),
     sampler: str = typer.Option("standard", "--sampler", help="standard (the rejection rule) | invariant "
@@ -179,7 +182,8 @@ def verify(
     needs_draft = any(n in WITH_DRAFT for n in names)
     gen = SpeculativeGenerator.from_pretrained(
         target=target, draft=draft if needs_draft else None, proposer="draft" if needs_draft else "none",
-        dtype=dtype, draft_dtype=draft_dtype, config=EngineConfig(max_batch=batch_size, load_policy=False))
+        dtype=dtype, draft_dtype=draft_dtype, config=EngineConfig(max_batch=batch_size, load_policy=False),
+        device=device)
     prompt_ids = gen.encode(prompt, chat=not no_chat)
     draws: dict[str, list] = {}
     with Progress(console=err, transient=True) as progress:
@@ -195,6 +199,7 @@ def verify(
     report = {"prompt": prompt, "samples": samples, "length": length, "k": k, "temperature": temperature,
               "sampler": sampler, "verifier": verifier, "tree": tree,
               "top_k": top_k, "top_p": top_p, "min_p": min_p, "alpha": alpha, "naive": naive, "dtype": dtype,
+              "device": gen.info["device"], "target_backend": gen.target.backend,
               "plain_first_token_exact": None, "results": {}}
     report["plain_first_token_exact"] = one_sample(Counter(s[:1] for s in draws["none"]), exact, alpha).as_dict()
     for name in names:
@@ -216,6 +221,7 @@ def serve(
     k: str = typer.Option("auto", "--k", help="default tokens drafted per step, or auto (chosen per pass by the cost model); requests may override it"),
     dtype: str = DType,
     draft_dtype: Optional[str] = DraftDType,
+    device: str = Device,
     host: str = typer.Option("127.0.0.1", "--host"),
     port: int = typer.Option(8000, "--port"),
     max_batch: int = typer.Option(8, "--max-batch", help="requests decoded together"),
@@ -274,7 +280,7 @@ def serve(
     gen = SpeculativeGenerator.from_pretrained(target=target, draft=draft, proposer=proposer, dtype=dtype,
                                                draft_dtype=draft_dtype, draft_context=window,
                                                suffix_memory=0 if suffix_scope == "off" else suffix_cache_tokens,
-                                               prefix_cache=prefix_cache_tokens, config=engine_config)
+                                               prefix_cache=prefix_cache_tokens, config=engine_config, device=device)
     from ..policy.calibration import CalibrationError
 
     try:

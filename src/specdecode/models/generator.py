@@ -6,6 +6,7 @@ from ..engine.engine import Engine, EngineConfig
 from ..proposers import PROPOSERS, WITH_DRAFT, DraftModelProposer, HybridProposer, NgramProposer, NoProposer, SuffixProposer
 from . import draft_choice, target_choice
 from .backends.hf import parse_dtype
+from .device import on_gpu, resolve_device
 from .loader import as_runner, eos_ids, load, load_draft, torch_model
 from .registry import ModelError, check_vocab_compatible
 
@@ -15,19 +16,20 @@ class SpeculativeGenerator(Engine):
 
     @classmethod
     def from_pretrained(cls, target: str = "auto", draft: str | None = "auto", proposer: str = "hybrid",
-                        dtype: str = "auto", **options) -> "SpeculativeGenerator":
+                        dtype: str = "auto", device: str = "auto", **options) -> "SpeculativeGenerator":
         """Load models by spec ('auto': the default model on the runtime and quantisation measured fastest for
         speculative decoding here (models/target_choice.py, cached); 'default' (torch), a directory, a .gguf
         file, a cached Hugging Face id).
         The draft "auto" is the default draft on the runtime measured fastest beside this target on
-        this machine (models/draft_choice.py; measured on first use, cached).
+        this machine (models/draft_choice.py; measured on first use, cached). `device`: cpu, cuda[:N]
+        or auto (a GPU when there is one; models/device.py).
 
         `draft` is ignored unless the proposer needs a draft model. Every generator can also run
         "ngram", "suffix" and "none" per request. Options: draft_dtype, ngram_max, ngram_min,
         draft_context, suffix_memory (tokens of recent outputs the suffix proposer keeps),
         prefix_cache (tokens of recent prompts whose KV is kept), config (engine.EngineConfig).
         """
-        return load_generator(target=target, draft=draft, proposer=proposer, dtype=dtype, **options)
+        return load_generator(target=target, draft=draft, proposer=proposer, dtype=dtype, device=device, **options)
 
     @classmethod
     def from_models(cls, target_model, tokenizer, proposer: str = "draft", draft_model=None, draft_tokenizer=None,
@@ -43,18 +45,20 @@ def load_generator(
     dtype: str = "auto",
     draft_dtype: str | None = None,
     config: EngineConfig | None = None,
+    device: str = "auto",
     **options,
 ) -> SpeculativeGenerator:
     """draft_dtype defaults to dtype; int8 drafts are cheap and cost nothing in exactness. Options
     are build_generator's (ngram_max, ngram_min, draft_context, suffix_memory, prefix_cache)."""
     _check_proposer(proposer)
     config = config or EngineConfig()
+    device = resolve_device(device)
     target_choice_ = None
     if target.strip() == target_choice.AUTO:
-        target_choice_ = choose_target(dtype)
+        target_choice_ = choose_target(dtype, device)
         target = target_choice_["choice"]
     target_model, tokenizer, draft_model, draft_tokenizer = load_models(
-        target, draft if proposer in WITH_DRAFT else None, dtype, draft_dtype, max_rows=config.max_batch
+        target, draft if proposer in WITH_DRAFT else None, dtype, draft_dtype, max_rows=config.max_batch, device=device
     )
     gen = build_generator(target_model, tokenizer, proposer, draft_model, draft_tokenizer, config=config, **options)
     if target_choice_ is not None:
@@ -62,29 +66,30 @@ def load_generator(
                                      "fastest_plain": target_choice_["fastest_plain"]}
     draft_choice_ = None
     if draft_model is not None and draft.strip() == draft_choice.AUTO:  # measured and cached by load_models
-        draft_choice_ = choose_draft(target, target_model, tokenizer, dtype, draft_dtype)
+        draft_choice_ = choose_draft(target, target_model, tokenizer, dtype, draft_dtype, device)
         gen.info["draft_choice"] = {"choice": draft_choice_["choice"], "why": draft_choice_["why"]}
         draft = draft_choice_["choice"]
     seed_costs(gen.pass_costs, target_choice_, draft_choice_)
-    gen.info.update(target=target, draft=draft if draft_model is not None else None, dtype=parse_dtype(dtype),
+    gen.info.update(target=target, draft=draft if draft_model is not None else None, dtype=parse_dtype(dtype), device=device,
                     draft_dtype=parse_dtype(draft_dtype or dtype) if draft_model is not None else None)
     return gen
 
 
 def load_models(target: str, draft: str | None, dtype: str = "auto", draft_dtype: str | None = None,
-                max_rows: int = 8):
+                max_rows: int = 8, device: str = "cpu"):
     """(target model, tokenizer, draft model or None, draft tokenizer or None), vocabularies checked;
     llama.cpp models come as runners with room for max_rows rows (and a scratch row)."""
+    device = resolve_device(device)
     dtype = parse_dtype(dtype)
     draft_dtype = parse_dtype(draft_dtype or dtype)
     if target.strip() == target_choice.AUTO:
-        target = choose_target(dtype)["choice"]
-    target_model, tokenizer = load(target, "target", dtype, max_rows)
+        target = choose_target(dtype, device)["choice"]
+    target_model, tokenizer = load(target, "target", dtype, max_rows, device)
     if not draft:
         return target_model, tokenizer, None, None
     if draft.strip() == draft_choice.AUTO:
-        draft = choose_draft(target, target_model, tokenizer, dtype, draft_dtype)["choice"]
-    return (target_model, tokenizer, *load_draft(draft, draft_dtype, target_model, tokenizer, max_rows))
+        draft = choose_draft(target, target_model, tokenizer, dtype, draft_dtype, device)["choice"]
+    return (target_model, tokenizer, *load_draft(draft, draft_dtype, target_model, tokenizer, max_rows, device))
 
 
 def seed_costs(costs, target_found: dict | None, draft_found: dict | None) -> None:
@@ -93,25 +98,32 @@ def seed_costs(costs, target_found: dict | None, draft_found: dict | None) -> No
     rather than guessed; real passes refine them as always."""
     verify_ms = (draft_found or {}).get("verify_ms")
     if verify_ms is None and target_found is not None:
-        verify_ms = target_found["table"][target_found["choice"]]["verify_ms"]
+        verify_ms = target_found["table"].get(target_found["choice"], {}).get("verify_ms")
     for width, ms in (verify_ms or {}).items():
         costs.verify.observe(int(width), ms / 1000)
     if draft_found is not None and draft_found["choice"] in draft_found.get("table", {}):
         costs.draft.observe(1, draft_found["table"][draft_found["choice"]]["draft_ms"] / 1000)
 
 
-def choose_target(dtype: str) -> dict:
-    """What `--target auto` runs here: target_choice's measured pick (cached)."""
+def choose_target(dtype: str, device: str = "cpu") -> dict:
+    """What `--target auto` runs here: target_choice's measured pick (cached). On a GPU the default
+    model in transformers, the one runtime here built for it."""
     import sys
 
+    if on_gpu(device):
+        return {"choice": "default", "why": f"--device {device}: transformers, in CUDA graphs (the runtimes "
+                "target_choice compares are CPU builds)", "fastest_plain": None, "table": {}}
     return target_choice.choose(parse_dtype(dtype), log=lambda line: print(line, file=sys.stderr))
 
 
-def choose_draft(target: str, target_model, tokenizer, dtype: str, draft_dtype: str | None = None) -> dict:
+def choose_draft(target: str, target_model, tokenizer, dtype: str, draft_dtype: str | None = None,
+                 device: str = "cpu") -> dict:
     """What `--draft auto` runs beside this target here: draft_choice's measured pick (cached under the
-    target's resolved spec, never under "auto")."""
+    target's resolved spec, never under "auto"). On a GPU the default draft in transformers."""
     import sys
 
+    if on_gpu(device):
+        return {"choice": "default", "why": f"--device {device}: the default draft in transformers, in CUDA graphs"}
     if target.strip() == target_choice.AUTO:
         target = choose_target(dtype)["choice"]
 

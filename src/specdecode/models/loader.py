@@ -4,29 +4,43 @@ from __future__ import annotations
 
 from . import shortlist
 from .backends.hf import load_model, logit_width, parse_dtype, world_size
+from .device import on_gpu
 from .backends.hf_batch import BatchRunner
 from .backends.serial import SerialRunner
 from .registry import ModelError, check_vocab_compatible, resolve, split_backend
 
 
-def load(spec: str, role: str, dtype: str, max_rows: int = 8):
-    """(transformers model or runner, tokenizer)."""
+def load(spec: str, role: str, dtype: str, max_rows: int = 8, device: str = "cpu"):
+    """(transformers model or runner, tokenizer), on `device` (device.resolve_device's answer).
+
+    On a GPU a transformers model runs in SlotRunner (passes captured as CUDA graphs); `hf-slots:`
+    asks for that runner on any device."""
     backend = backend_of(spec)
     if backend == "llamacpp":
-        return _load_llamacpp(spec, role, max_rows)
+        return _load_llamacpp(spec, role, max_rows, device)
     name, vocab = _split_shortlist(spec, role)
     resolved = resolve(name if vocab else spec, role)
+    if on_gpu(device) and dtype in ("int8", "w8a8"):
+        raise ModelError(f"--dtype {dtype} runs on the CPU only (its int8 kernels are CPU ones): use bf16 on a GPU")
     try:
         # Under torchrun the target is sharded; the (small) draft is replicated on every rank.
         model, tokenizer = load_model(str(resolved.path), dtype, tensor_parallel=role == "target" and world_size() > 1)
     except (OSError, ValueError, KeyError) as exc:
         raise ModelError(f"could not load the {role} model from {resolved.path}: {exc}") from exc
+    if device != "cpu":
+        model = model.to(device)
     if backend in ("hf-static", "hf-compile"):
         from .backends.hf_static import StaticRunner
 
         if vocab is not None:
             raise ModelError(f"'{spec}': the vocabulary shortlist runs on the hf and llamacpp backends")
         return StaticRunner(model, compile=backend == "hf-compile"), tokenizer
+    if backend == "hf-slots" or (on_gpu(device) and vocab is None):
+        from .backends.hf_slots import SlotRunner
+
+        if vocab is not None:
+            raise ModelError(f"'{spec}': the vocabulary shortlist runs on the hf and llamacpp backends")
+        return SlotRunner(model, slots=max_rows + 1), tokenizer
     if vocab is not None:
         full = logit_width(model)
         ids = shortlist.shortlist_for(tokenizer, full, vocab)
@@ -34,20 +48,24 @@ def load(spec: str, role: str, dtype: str, max_rows: int = 8):
     return model, tokenizer
 
 
-def load_draft(spec: str, dtype: str, target_model, tokenizer, max_rows: int = 8):
+def load_draft(spec: str, dtype: str, target_model, tokenizer, max_rows: int = 8, device: str = "cpu"):
     """(draft model or runner, its tokenizer), checked against the target's vocabulary."""
-    draft_model, draft_tokenizer = load(spec, "draft", parse_dtype(dtype), max_rows)
+    draft_model, draft_tokenizer = load(spec, "draft", parse_dtype(dtype), max_rows, device)
     check_vocab_compatible(tokenizer, draft_tokenizer, vocab_width(target_model), vocab_width(draft_model))
     return draft_model, draft_tokenizer
 
 
-def _load_llamacpp(spec: str, role: str, max_rows: int):
+def _load_llamacpp(spec: str, role: str, max_rows: int, device: str = "cpu"):
     """llamacpp:MODEL[@QUANT][+vN]: the GGUF as it is (or requantised once by llama.cpp, or with its
     vocabulary cut to a shortlist of N tokens: models/shortlist.py), with the tokenizer of its converted
     checkpoint."""
     from transformers import AutoTokenizer
 
-    from .backends.llamacpp import LlamaCppRunner, requantized, split_quant
+    from .backends.llamacpp import LlamaCppRunner, gpu_offload, requantized, split_quant
+
+    if on_gpu(device) and not gpu_offload():
+        raise ModelError(f"--device {device}: the installed llama.cpp was built for the CPU (no GPU offload), so "
+                         f"'{spec}' cannot run there: use a transformers model (--target default), or --device cpu")
 
     name, vocab = _split_shortlist(spec, role)
     name, quant = split_quant(name)
@@ -60,11 +78,11 @@ def _load_llamacpp(spec: str, role: str, max_rows: int):
     # One more row than the batch: calibration times a scratch row beside nothing else, and a
     # rejoining draft row is re-added before it is removed.
     if vocab is None:
-        return LlamaCppRunner.load(gguf, max_rows=max_rows + 1), tokenizer
+        return LlamaCppRunner.load(gguf, max_rows=max_rows + 1, gpu=on_gpu(device)), tokenizer
     full = LlamaCppRunner.vocab_of(gguf)
     ids = shortlist.shortlist_for(tokenizer, full, vocab, byte_tokens=True)
     runner = LlamaCppRunner.load(shortlist.shortlisted_gguf(gguf, ids), max_rows=max_rows + 1,
-                                 embeddings=shortlist.EmbeddingTable(gguf))
+                                 embeddings=shortlist.EmbeddingTable(gguf), gpu=on_gpu(device))
     return shortlist.Shortlisted(runner, ids, full), tokenizer
 
 

@@ -99,7 +99,7 @@ class ResolvedModel:
 
 
 def split_backend(spec: str) -> tuple[str | None, str]:
-    for prefix in ("hf:", "hf-static:", "hf-compile:", "llamacpp:"):
+    for prefix in ("hf:", "hf-static:", "hf-compile:", "hf-slots:", "llamacpp:"):
         if spec.startswith(prefix):
             return prefix[:-1], spec[len(prefix):]
     return None, spec

@@ -87,10 +87,10 @@ class BatchRunner:
         if last_only and self._split_head:
             hidden = self.model.get_decoder()(**kwargs).last_hidden_state
             picked = hidden[torch.arange(len(feeds)), last.to(hidden.device)]
-            logits = self.model.get_output_embeddings()(picked).float().unsqueeze(1)
+            logits = self.model.get_output_embeddings()(picked).float().cpu().unsqueeze(1)
         else:
             logits = self.model(**kwargs, logits_to_keep=1 if last_only and not bool((lengths != width).any())
-                                else 0).logits.float()
+                                else 0).logits.float().cpu()
             if last_only and logits.shape[1] > 1:
                 logits = logits[torch.arange(len(feeds)), last.to(logits.device)].unsqueeze(1)
         self.valid = mask
@@ -131,7 +131,7 @@ class BatchRunner:
             mask = torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, torch.finfo(dtype).min)
         logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
                             position_ids=(self.pos.unsqueeze(1) + depth).to(self.device), past_key_values=self.cache,
-                            use_cache=True).logits.float()
+                            use_cache=True).logits.float().cpu()
         self._tree_pass = (self.valid.shape[1], torch.tensor(lengths), self.pos.clone())
         self.valid = torch.cat([self.valid, new_valid], dim=1)
         self.pos = self.pos + torch.tensor(lengths)

@@ -106,7 +106,7 @@ class StaticRunner:
         else:
             logits = self._forward(ids, positions, 0 if all_logits else 1)
         self._length += n
-        return logits[0].float()
+        return logits[0].float().cpu()  # the engine samples on the CPU (models/device.py)
 
     @torch.inference_mode()
     def truncate(self, length: int) -> None:

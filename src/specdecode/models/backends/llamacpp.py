@@ -87,8 +87,16 @@ def default_threads() -> int:
     return int(os.environ.get("SPECDECODE_LLAMACPP_THREADS") or len(os.sched_getaffinity(0)))
 
 
+def gpu_offload() -> bool:
+    """Whether the installed llama.cpp was built with a GPU backend it can offload layers to."""
+    require()
+    import llama_cpp
+
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
 def load_llama(path: str | Path, n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512,
-               logits_all: bool = False):
+               logits_all: bool = False, gpu: bool = False):
     """A llama_cpp.Llama over a GGUF file, quiet, with logits only where asked for (logits_all: for
     llama-cpp-python's own speculative generation, which keeps n_ctx rows of logits)."""
     require()
@@ -100,7 +108,8 @@ def load_llama(path: str | Path, n_ctx: int = 4096, n_threads: int | None = None
     threads = n_threads or default_threads()
     try:
         llm = Llama(model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch, n_threads=threads,
-                    n_threads_batch=threads, logits_all=logits_all, verbose=False)
+                    n_threads_batch=threads, logits_all=logits_all, verbose=False,
+                    n_gpu_layers=-1 if gpu else 0)
     except (ValueError, RuntimeError) as exc:
         raise ModelError(f"llama.cpp could not load {path}: {exc}") from exc
     _OPEN.add(llm)
@@ -182,9 +191,10 @@ class LlamaCppRunner:
 
     @classmethod
     def load(cls, path: str | Path, n_ctx: int = 4096, n_threads: int | None = None,
-             max_rows: int = 16, embeddings=None) -> "LlamaCppRunner":
-        return cls(load_llama(path, n_ctx=64, n_threads=n_threads), Path(path), n_ctx=n_ctx, max_rows=max_rows,
-                   embeddings=embeddings)
+             max_rows: int = 16, embeddings=None, gpu: bool = False) -> "LlamaCppRunner":
+        """gpu: every layer offloaded to the GPU (a build with GPU offload: gpu_offload())."""
+        return cls(load_llama(path, n_ctx=64, n_threads=n_threads, gpu=gpu), Path(path), n_ctx=n_ctx,
+                   max_rows=max_rows, embeddings=embeddings)
 
     @staticmethod
     def vocab_of(path: Path) -> int:
