@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPTS = Path(__file__).parent.parent / "scripts"
 
 
@@ -44,3 +46,29 @@ def test_costs_then_tables(tmp_path):
     # Modelled speedup with c = 1 (draft step = target step 0.5 s), a = 0.6, k = 1: 1.6 tokens per
     # 0.5 + 0.6 s, against 1.6 x 0.5 s plain = 0.73x.
     assert "| torch-cudagraphs | 0.6 | 0.73 | - | - | 0.42 |" in out
+
+
+def test_gpu_check_rehearses_on_the_cpu(tmp_path):
+    """The whole device check with tiny shapes: timings per runner, c, modelled speedups from a bench
+    results.json, verify on the device path (the rule passes, the naive residual fails), the tables."""
+    results = {"results": [
+        {"method": "draft", "category": "all", "k": 8, "temperature": 0.0,
+         "per_position_acceptance": [0.8, 0.6, 0.45, 0.3, 0.2, 0.12, 0.08, 0.05]},
+        {"method": "plain", "category": "all", "k": 0, "temperature": 0.0, "per_position_acceptance": []}]}
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    run(str(SCRIPTS / "gpu_check.py"), str(tmp_path / "out"), "--small", "--acceptance", str(tmp_path / "results.json"))
+    d = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
+    assert d["skipped"] == [] and set(d["pairs"]) == {"8b", "default"}
+    assert d["acceptance"]["T=0"][:2] == pytest.approx([0.8, 0.75])  # conditional: 0.6 of the 0.8 that reached position 2
+    for pair in d["pairs"].values():
+        assert set(pair["c"]) == {"torch-slots", "torch"}  # no GPU: the captured runner is not timed
+        assert sorted(int(w) for w in pair["target"]["verify_s"]["torch-slots"]) == list(range(1, 10))
+        for modelled in pair["modelled"].values():
+            assert 0 <= modelled["T=0"]["k"] <= 8 and modelled["T=0"]["speedup"] > 0
+    ex = d["exactness"]
+    assert ex["rule"]["passed"] is True and ex["naive"]["passed"] is False
+    assert ex["rule"]["backend"] == "torch-slots"
+    assert [c["check"] for c in d["checks"]] == ["verify passes, --naive fails (tiny models)"]
+    tables = run(str(SCRIPTS / "gpu_check.py"), "--render", str(tmp_path / "out" / "gpu_check.json"))
+    assert tables == (tmp_path / "out" / "gpu_check.md").read_text()
+    assert "tiny (rehearsal) shapes" in tables and "T=0: k, speedup" in tables

@@ -81,6 +81,16 @@ def per_position(accepted: Sequence[int], drafted: Sequence[int]) -> list[float]
     return [a / d if d else 0.0 for a, d in zip(accepted, drafted)]
 
 
+def conditional_acceptance(per_position: Sequence[float]) -> list[float]:
+    """Chance that draft i is accepted given drafts 0..i-1 were, from per_position (the fraction of
+    passes whose draft i was accepted, every pass drafting them all): the c_i of costs.expected_tokens."""
+    out, before = [], 1.0
+    for p in per_position:
+        out.append(min(1.0, p / before) if before > 0 else 0.0)
+        before = p
+    return out
+
+
 def add_counts(total: list[int], more: Sequence[int]) -> list[int]:
     out = list(total) + [0] * max(0, len(more) - len(total))
     for i, v in enumerate(more):
