@@ -17,7 +17,7 @@ LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 	$(if $(and $(call has,avx512f),$(call has,avx512bw),$(call has,avx512vl),$(call has,avx512dq),$(call has,avx512cd)),\
 	-DGGML_AVX512=ON $(if $(call has,avx512vbmi),-DGGML_AVX512_VBMI=ON) \
 	$(if $(call has,avx512_vnni),-DGGML_AVX512_VNNI=ON) $(if $(call has,avx512_bf16),-DGGML_AVX512_BF16=ON))
-LLAMA_VERSION := $(shell sed -n 's/.*llama-cpp-python==\([0-9.]*\).*/\1/p' pyproject.toml)
+LLAMA_VERSION := $(shell sed -n 's/.*"llama-cpp-python\(\[[a-z,]*\]\)\{0,1\}==\([0-9.]*\)".*/\2/p' pyproject.toml)
 LLAMA_WHEELS := $(or $(SPECDECODE_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/specdecode)/wheels/llama-cpp-python-$(LLAMA_VERSION)-$(shell echo '$(strip $(LLAMA_CMAKE_ARGS))' | md5sum | cut -c1-12)
 
 .PHONY: install demo test clean

@@ -147,8 +147,39 @@ def verify(
     alpha: float = typer.Option(1e-3, "--alpha", help="false-alarm probability of each test"),
     batch_size: int = typer.Option(64, "--batch-size"),
     as_json: bool = typer.Option(False, "--json"),
+    endpoint: Optional[str] = typer.Option(None, "--endpoint", help="check a running OpenAI-compatible server "
+                                           "instead (its speculation against --baseline; docs/endpoints.md)"),
+    baseline: Optional[str] = typer.Option(None, "--baseline", help="with --endpoint: a server of the same model "
+                                           "decoding plainly (omitted: the same server with speculation off per "
+                                           "request, where it has that switch)"),
+    model: Optional[str] = typer.Option(None, "--model", help="with --endpoint: its model (default: the first of "
+                                        "/v1/models)"),
+    baseline_model: Optional[str] = typer.Option(None, "--baseline-model", help="with --endpoint: the baseline's "
+                                                 "model, when the same weights go by another name there"),
+    concurrency: int = typer.Option(8, "--concurrency", help="with --endpoint: requests in flight per server"),
+    presence_penalty: float = typer.Option(0.0, "--presence-penalty", help="with --endpoint"),
+    frequency_penalty: float = typer.Option(0.0, "--frequency-penalty", help="with --endpoint"),
+    json_schema: Optional[str] = typer.Option(None, "--json-schema", help="with --endpoint: a JSON schema file "
+                                              "both sides' outputs follow (structured output)"),
+    detect_tv: Optional[float] = typer.Option(None, "--detect-tv", help="with --endpoint: refuse a run whose "
+                                              "samples cannot detect this total-variation difference"),
+    plot: Optional[str] = typer.Option(None, "--plot", help="with --endpoint: a PNG of the two distributions"),
+    seeded: bool = typer.Option(False, "--seeded", help="with --endpoint: seed the requests (disjoint seeds per "
+                                "side, from --seed); unseeded by default"),
 ):
-    """Check that speculative sampling gives the target's distribution, on real models."""
+    """Check that speculative sampling gives the target's distribution, on real models, or (--endpoint)
+    that a running server's speculation does."""
+    if endpoint:
+        from .endpoints import sampling_body, verify_endpoint
+
+        if not 1 <= length <= 8:
+            raise InvalidParameter(f"--length must be between 1 and 8, got {length}")
+        if not 0 < alpha < 1:
+            raise InvalidParameter(f"--alpha must be in (0, 1), got {alpha}")
+        body = sampling_body(prompt, length, temperature, top_k, top_p, min_p, presence_penalty, frequency_penalty,
+                             json_schema)
+        return verify_endpoint(prompt, endpoint, baseline, model, baseline_model, samples, length, body,
+                               seed if seeded else None, alpha, concurrency, detect_tv, plot, as_json)
     from rich.progress import Progress
 
     from ..engine.engine import EngineConfig
@@ -241,6 +272,8 @@ def serve(
     prefix_cache_tokens: int = typer.Option(4096, "--prefix-cache-tokens", help="tokens of recent prompts whose "
                                             "KV the transformers target and draft keep each, for prompts that start "
                                             "alike (a system prompt, earlier chat turns); 0: off"),
+    naive_residual: bool = typer.Option(False, "--naive-residual", hidden=True, help="WRONG on purpose: resample "
+                                        "rejections from p (a negative control for verify --endpoint)"),
     logprobs_mode: str = typer.Option("raw", "--logprobs-mode", help="the distribution logprobs report unless a "
                                       "request says: raw (the model's) | processed (after penalties, grammar, "
                                       "temperature, top-k/p)"),
@@ -276,7 +309,13 @@ def serve(
     if logprobs_mode not in MODES:
         raise InvalidParameter(f"--logprobs-mode is one of {', '.join(MODES)}, got {logprobs_mode!r}")
     steps = parse_k(k)
-    engine_config = EngineConfig(max_batch=max_batch, max_waiting=max_waiting, load_policy=load_policy == "on")
+    wrong = {}
+    if naive_residual:
+        from ..checks.naive import naive_rejection_sample, naive_tree_residual
+
+        wrong = {"reject": naive_rejection_sample, "tree_residual": naive_tree_residual}
+        err.print("--naive-residual: this server samples rejections from p, which is WRONG (a negative control)")
+    engine_config = EngineConfig(max_batch=max_batch, max_waiting=max_waiting, load_policy=load_policy == "on", **wrong)
     gen = SpeculativeGenerator.from_pretrained(target=target, draft=draft, proposer=proposer, dtype=dtype,
                                                draft_dtype=draft_dtype, draft_context=window,
                                                suffix_memory=0 if suffix_scope == "off" else suffix_cache_tokens,

@@ -1,0 +1,124 @@
+"""The commands' endpoint modes: `verify --endpoint` (checks/endpoint.py), `tune --endpoint`
+(advise/endpoint_tune.py); what they run lives in those modules, this file maps flags and prints."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from ..sampling.params import InvalidParameter
+from . import err, out
+
+
+def sampling_body(prompt: str, length: int, temperature: float, top_k: int, top_p: float, min_p: float,
+                  presence_penalty: float, frequency_penalty: float, json_schema: str | None) -> dict:
+    """The completions request both sides get (fields a server would otherwise ignore are never sent
+    at their defaults, so a server that lacks one is not refused for nothing)."""
+    body: dict = {"prompt": prompt, "max_tokens": length, "temperature": temperature, "logprobs": 1}
+    if top_k > 0:
+        body["top_k"] = top_k
+    if top_p < 1.0:
+        body["top_p"] = top_p
+    if min_p > 0:
+        body["min_p"] = min_p
+    if presence_penalty:
+        body["presence_penalty"] = presence_penalty
+    if frequency_penalty:
+        body["frequency_penalty"] = frequency_penalty
+    if json_schema:
+        try:
+            schema = json.loads(Path(json_schema).read_text())
+        except (OSError, ValueError) as exc:
+            raise InvalidParameter(f"--json-schema {json_schema}: not a readable JSON file ({exc})") from None
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "check", "schema": schema}}
+    return body
+
+
+def verify_endpoint(prompt: str, endpoint: str, baseline: str | None, model: str | None, baseline_model: str | None,
+                    samples: int, length: int, body: dict, seed: int | None, alpha: float, concurrency: int,
+                    detect_tv: float | None, plot: str | None, as_json: bool) -> None:
+    from ..checks import endpoint as check
+
+    if samples < 10:
+        raise InvalidParameter(f"--samples must be at least 10, got {samples}")
+    if concurrency < 1:
+        raise InvalidParameter(f"--concurrency must be >= 1, got {concurrency}")
+    if body["temperature"] <= 0:
+        raise InvalidParameter("verify compares distributions: use --temperature > 0 (greedy has one outcome)")
+    tested, plain = check.sides(endpoint, baseline, model, baseline_model)
+    if seed is not None:
+        for side in (tested, plain):
+            check.check_seeds(side, body, seed, length)
+    exact, exact_why = check.first_token_exact(plain, body)
+    err.print(f"sampling {samples} x {length} tokens from each of {tested.base} ({tested.model}) and {plain.label} "
+              f"{plain.base}, {concurrency} at a time", highlight=False)
+    a, b = asyncio.run(check.sample_both(tested, plain, body, samples, length, concurrency, seed))
+    report = {"prompt": prompt, "endpoint": tested.base, "baseline": plain.base, "baseline_extra": plain.extra,
+              "model": tested.model, "baseline_model": plain.model, "length": length, "request": body,
+              "seed": seed, "first_token_exact_source": exact_why, **check.judge(a, b, exact, alpha)}
+    if detect_tv is not None and report["detects_tv"] > detect_tv:
+        need = check.samples_for(detect_tv, report["cells"], alpha)
+        raise InvalidParameter(f"{samples} samples per side over {report['cells']} cells detect a TV difference of "
+                               f"{report['detects_tv']:.3f}, not {detect_tv}: use --samples {need} or more")
+    if plot:
+        plot_distributions(a, b, Path(plot), report)
+    if as_json:
+        print(json.dumps(report))
+    else:
+        print_endpoint_report(report, a, b)
+    if not report["passed"]:
+        raise typer.Exit(1)
+
+
+def print_endpoint_report(report: dict, a: list, b: list) -> None:
+    out.print(f"{report['endpoint']} ({report['model']}) against {report['baseline']} {report['baseline_extra'] or ''}"
+              f": {report['samples']} samples of {report['length']} tokens each; {report['distinct_outcomes']} "
+              f"distinct outcomes; alpha {report['alpha']}", highlight=False, markup=False)
+    table = Table("test", "cells", "statistic", "p-value", "result")
+    table.add_row("joint, chi-square (homogeneity)", str(report["cells"]), f"{report['chi2']:.1f}",
+                  f"{report['p_value']:.3g}", "pass" if report["p_value"] >= report["alpha"] else "FAIL")
+    table.add_row("joint, total variation", str(report["cells"]),
+                  f"TV {report['tv_distance']:.3f} (fails above {report['tv_fail_above']:.3f})", "-",
+                  "pass" if report["tv_distance"] <= report["tv_fail_above"] else "FAIL")
+    first = report.get("first_token_exact")
+    if first is not None:
+        table.add_row("first token vs the baseline's exact p", str(first["cells"]), f"{first['chi2']:.1f}",
+                      f"{first['p_value']:.3g}", "pass" if first["passed"] else "FAIL")
+    out.print(table)
+    if first is None:
+        out.print(f"first-token exact test skipped: {report['first_token_exact_source']}", highlight=False)
+    out.print(f"power: this run detects a total-variation difference of {report['detects_tv']:.3f} or more with "
+              f"probability >= {1 - report['alpha']:g}", highlight=False)
+    top = Counter(b).most_common(3)
+    out.print("most frequent baseline outcomes: " + ", ".join(f"{''.join(o)!r} {c}" for o, c in top),
+              highlight=False, markup=False)
+    out.print("PASSED: the endpoint's output follows the baseline's distribution" if report["passed"] else
+              "FAILED: the endpoint's output does not follow the baseline's distribution")
+
+
+def plot_distributions(a: list, b: list, path: Path, report: dict) -> None:
+    """The two empirical distributions over the most frequent outcomes, side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ca, cb = Counter(a), Counter(b)
+    keys = [k for k, _ in (ca + cb).most_common(20)]
+    xs = range(len(keys))
+    fig, ax = plt.subplots(figsize=(max(6, len(keys) * 0.5), 4))
+    ax.bar([x - 0.2 for x in xs], [ca[k] / len(a) for k in keys], 0.4, label="endpoint")
+    ax.bar([x + 0.2 for x in xs], [cb[k] / len(b) for k in keys], 0.4, label="baseline")
+    ax.set_xticks(list(xs), [ascii("".join(k))[:14] for k in keys], rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("fraction of samples")
+    ax.set_title(f"{report['samples']} samples each; p = {report['p_value']:.3g}, TV = {report['tv_distance']:.3f}")
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)

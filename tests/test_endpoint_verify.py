@@ -1,0 +1,149 @@
+"""`specdecode verify --endpoint`: real servers on loopback, sampled over HTTP. Our speculative
+server passes against our plain one (a separate server, and the same server with k=0 per request),
+llama.cpp's own server with its prompt-lookup draft passes against itself without one, and a server
+with the naive residual fails: the negative control that shows the check can fail. Then the errors a
+user can make, each one line."""
+
+import copy
+import json
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+import torch
+
+import tiny
+from live_server import free_port, live_server
+from specdecode import SpeculativeGenerator, cli
+from specdecode.bench.endpoint import scrape_counters
+from specdecode.checks import endpoint as check
+from specdecode.checks.naive import naive_rejection_sample
+from specdecode.engine.engine import EngineConfig
+from specdecode.models.backends import llamacpp
+from specdecode.server import create_app
+
+# top-k 3 over 2 tokens: at most 9 outcomes, so 600 samples a side detect a total-variation
+# difference of ~0.4 (the report says the exact figure) and the chi-square test much less.
+ARGS = ("--samples", "600", "--length", "2", "--top-k", "3", "--temperature", "1", "--json")
+
+
+@pytest.fixture(scope="module")
+def pair(tok):
+    """A target and a draft that is far sharper than it (its head scaled): where the draft is sure and
+    the target is not, the naive residual's bias is large (TV ~0.2 on the first token)."""
+    target = tiny.model(seed=0)
+    draft = copy.deepcopy(target)
+    draft.lm_head.weight = torch.nn.Parameter(target.lm_head.weight.detach() * 6)
+    return target, draft
+
+
+def server(pair, tok, naive=False, proposer="draft"):
+    config = EngineConfig(max_batch=8, load_policy=False, **({"reject": naive_rejection_sample} if naive else {}))
+    gen = SpeculativeGenerator.from_models(pair[0], tok, proposer, pair[1], tok, config=config)
+    return live_server(create_app(gen, "tiny", default_k=3))
+
+
+def verify(capsys, monkeypatch, *args, code=0) -> dict:
+    monkeypatch.setattr(sys, "argv", ["specdecode", "verify", "hello", *args])
+    try:
+        cli.main()
+    except SystemExit as exc:
+        assert (exc.code or 0) == code, capsys.readouterr().err
+    else:
+        assert code == 0, "expected a failure"
+    captured = capsys.readouterr()
+    return json.loads(captured.out) if captured.out.strip() else {"stderr": captured.err}
+
+
+def test_our_speculative_server_passes_and_the_naive_one_fails(pair, tok, capsys, monkeypatch, tmp_path):
+    with server(pair, tok) as (url, _):
+        report = verify(capsys, monkeypatch, "--endpoint", url, *ARGS, "--plot", str(tmp_path / "d.png"))
+        assert report["passed"] and report["baseline_extra"] == {"speculative": {"k": 0}}
+        assert report["samples"] == 600 and 2 <= report["cells"] <= 9 and report["detects_tv"] < 0.5
+        assert (tmp_path / "d.png").stat().st_size > 0
+        # The server did speculate: drafts were accepted and rejected during the run.
+        counters = scrape_counters(url)
+        assert counters["spec_decode_num_draft_tokens"] > counters["spec_decode_num_accepted_tokens"] > 0
+        with server(pair, tok, proposer="none") as (plain_url, _):
+            separate = verify(capsys, monkeypatch, "--endpoint", url, "--baseline", plain_url, *ARGS)
+            assert separate["passed"] and separate["baseline_extra"] == {}
+    with server(pair, tok, naive=True) as (url, _):
+        wrong = verify(capsys, monkeypatch, "--endpoint", url, *ARGS, code=1)
+        assert not wrong["passed"] and wrong["p_value"] < 1e-3
+
+
+def test_first_token_against_the_baselines_exact_distribution(pair, tok, capsys, monkeypatch):
+    """Identity transform (T = 1, nothing else) and a baseline whose top logprobs cover the first token."""
+    exact, why = check.first_token_exact(check.Side("http://127.0.0.1:1", "m"), {"temperature": 0.7})
+    assert exact is None and "not the identity" in why
+    with server(pair, tok) as (url, _):
+        report = verify(capsys, monkeypatch, "--endpoint", url, "--samples", "300", "--length", "1",
+                        "--temperature", "1", "--json")
+        assert report["passed"]
+        assert "first_token_exact" in report or "cover" in report["first_token_exact_source"]
+
+
+def test_clear_errors(pair, tok, capsys, monkeypatch):
+    port = free_port()
+    err = verify(capsys, monkeypatch, "--endpoint", f"http://127.0.0.1:{port}", *ARGS, code=2)["stderr"]
+    assert err.startswith("error: cannot reach") and "Traceback" not in err
+    assert "needs an http" not in verify(capsys, monkeypatch, "--endpoint", "localhost:8000", *ARGS,
+                                         code=2)["stderr"]
+    with server(pair, tok) as (url, _):
+        err = verify(capsys, monkeypatch, "--endpoint", url, "--model", "other", *ARGS, code=2)["stderr"]
+        assert "does not serve 'other'" in err
+        err = verify(capsys, monkeypatch, "--endpoint", url, *ARGS, "--detect-tv", "0.05", code=2)["stderr"]
+        assert "use --samples" in err
+        with live_server(create_app(SpeculativeGenerator.from_models(pair[0], tok, "none"), "another")) as (b, _):
+            err = verify(capsys, monkeypatch, "--endpoint", url, "--baseline", b, *ARGS, code=2)["stderr"]
+            assert "serve different models" in err
+
+
+# -- a third-party peer: llama.cpp's own OpenAI-compatible server (llama-cpp-python's) ---------------
+
+needs_llamacpp = pytest.mark.skipif(not llamacpp.available(), reason="llama-cpp-python is not installed")
+
+
+def llama_server(gguf: str, *extra: str):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", gguf, "--model_alias", "peer",
+                             "--port", str(port), "--n_ctx", "512", "--verbose", "False", *extra],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            if httpx.get(f"{url}/v1/models", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None:
+            raise AssertionError(proc.stderr.read()[-2000:])
+        time.sleep(0.1)
+    proc.kill()
+    raise AssertionError("llama_cpp.server did not start")
+
+
+@needs_llamacpp
+@pytest.mark.realmodel
+def test_llama_cpp_server_with_prompt_lookup_passes_against_itself_without(capsys, monkeypatch):
+    from specdecode.models.registry import resolve
+
+    gguf = str(resolve("default", "draft").gguf)
+    plain, plain_url = llama_server(gguf)
+    spec, spec_url = llama_server(gguf, "--draft_model", "prompt-lookup-decoding", "--draft_model_num_pred_tokens", "4")
+    try:
+        monkeypatch.setattr(sys, "argv", ["specdecode", "verify", "1, 2, 3, 1, 2, 3, 1, 2, 3, 1,", "--endpoint",
+                                          spec_url, "--baseline", plain_url, "--samples", "200", "--length", "2",
+                                          "--top-k", "3", "--temperature", "1", "--concurrency", "2", "--json"])
+        try:
+            cli.main()
+        except SystemExit as exc:
+            assert (exc.code or 0) == 0, capsys.readouterr().err
+        report = json.loads(capsys.readouterr().out)
+        assert report["passed"] and report["model"] == "peer" and report["samples"] == 200
+    finally:
+        for proc in (plain, spec):
+            proc.terminate()
+            proc.wait(timeout=30)
