@@ -163,9 +163,28 @@ def tune(
     measure: str = typer.Option("best", "--measure", help="best (plain + the recommendation) | all | none"),
     save: Optional[str] = typer.Option(None, "--save", help="write the choice to this config file"),
     as_json: bool = typer.Option(False, "--json"),
+    endpoint: Optional[str] = typer.Option(None, "--endpoint", help="recommend k for a running server from its "
+                                           "own speculative counters (/metrics) instead (docs/endpoints.md)"),
+    cost_curve: Optional[str] = typer.Option(None, "--cost-curve", help="with --endpoint: the server's verify "
+                                             "cost by tokens per pass (a `tune --json` output, or "
+                                             '{"verify_s": {...}, "draft_token_s": s})'),
+    draft_cost: Optional[float] = typer.Option(None, "--draft-cost", help="with --endpoint: a draft step as a "
+                                               "fraction of a one-token target pass (c)"),
+    concurrency: str = typer.Option("1", "--concurrency", help="with --endpoint: concurrency levels to drive "
+                                    "and price, e.g. 1,4,8"),
+    requests: int = typer.Option(16, "--requests", help="with --endpoint: workload requests per level"),
+    window: Optional[float] = typer.Option(None, "--window", help="with --endpoint: read the counters over this "
+                                           "many seconds of the server's own traffic instead of a workload"),
 ):
-    """Measure costs and acceptance, predict tokens/s for each (proposer, k), and recommend one."""
+    """Measure costs and acceptance, predict tokens/s for each (proposer, k), and recommend one; or
+    (--endpoint) recommend k for a running server from its own acceptance."""
     from pathlib import Path
+
+    if endpoint:
+        from .endpoints import tune_endpoint
+
+        return tune_endpoint(endpoint, workload, categories, limit, max_new_tokens, temperature, cost_curve,
+                             draft_cost, parse_list(concurrency, int, "--concurrency"), requests, window, as_json)
 
     from rich.progress import Progress
 

@@ -122,3 +122,77 @@ def plot_distributions(a: list, b: list, path: Path, report: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
+
+
+def tune_endpoint(endpoint: str, workload: str, categories: str | None, limit: int, max_new_tokens: int,
+                  temperature: float, cost_curve: str | None, draft_cost: float | None, levels: list[int],
+                  requests: int, window: float | None, as_json: bool) -> None:
+    """Per concurrency level: drive the workload (or wait out a window), read the counters' change,
+    price every k with the cost curve, print the best k and the engine's flag for it."""
+    import time
+
+    import httpx
+
+    from ..advise import endpoint_tune as tuning
+    from ..bench.endpoint import run_level
+    from ..bench.workloads import load_workload
+    from ..checks.endpoint import base_url, pick_model, served_models
+    from . import parse_list
+
+    if cost_curve is None and draft_cost is None:
+        raise InvalidParameter("tune --endpoint prices k with the server's verify cost: give --cost-curve FILE (from "
+                               "`specdecode tune --json` or a measured curve) or --draft-cost C")
+    if any(c < 1 for c in levels) or requests < 1:
+        raise InvalidParameter("--concurrency levels and --requests must be >= 1")
+    verify, draft_s = tuning.load_cost_curve(Path(cost_curve)) if cost_curve else ({1: 1.0}, None)
+    if draft_cost is not None:
+        if not 0 <= draft_cost <= 10:
+            raise InvalidParameter(f"--draft-cost is a fraction of a one-token pass, e.g. 0.3; got {draft_cost}")
+        draft_s = draft_cost * verify[1]
+    draft_s = draft_s or 0.0
+    base = base_url(endpoint)
+    model = pick_model(base, served_models(base), None)
+
+    def counters() -> "tuning.Counters":
+        try:
+            return tuning.parse_metrics(httpx.get(f"{base}/metrics", timeout=10).text)
+        except httpx.HTTPError as exc:
+            raise tuning.TuneError(f"cannot read {base}/metrics ({type(exc).__name__}): start the server with its "
+                                   "metrics on (vLLM and ours always; llama-server --metrics)") from None
+
+    prompts = [p.turns[0] for p in load_workload(workload, parse_list(categories, str, "--categories")
+                                                 if categories else None, limit)]
+    before = counters()
+    if before.drafts == 0 and not before.per_pos and before.engine is None:
+        raise tuning.TuneError(f"{base}/metrics has no speculative counters (spec_decode_num_drafts, ...): this "
+                               "server does not report its acceptance")
+    rows = []
+    for level in ([levels[0]] if window else levels):
+        start = counters()
+        if window:
+            time.sleep(window)
+        else:
+            # As chat turns, the way `tune` itself reads the workload (under the model's chat template).
+            asyncio.run(run_level(base, model, prompts, level, requests, None, max_new_tokens, temperature, None,
+                                  True, 600.0, 0))
+        acc = tuning.acceptance(counters() - start)
+        picks = tuning.recommend(acc, verify, draft_s, levels if window else [level])
+        for pick in picks:
+            rows.append({**pick, "acceptance": acc.accepted_at, "acceptance_model": acc.model,
+                         "server_k": acc.server_k, "passes": acc.passes})
+    engine, version = before.engine, tuning.version_of(base)
+    for row in rows:
+        row["flag"] = tuning.flag(engine, version, row["k"])
+    report = {"endpoint": base, "model": model, "engine": engine, "version": version, "levels": rows,
+              "verify_s": verify, "draft_token_s": draft_s}
+    if as_json:
+        print(json.dumps(report))
+        return
+    out.print(f"{base} ({model}; engine {engine or 'unknown'}{' ' + version if version else ''})", highlight=False)
+    table = Table("concurrency", "server k", "acceptance A_1..A_K", "best k", "predicted speedup", "flag")
+    for row in rows:
+        table.add_row(str(row["concurrency"]), f"{row['server_k']:.1f}",
+                      " ".join(f"{a:.2f}" for a in row["acceptance"]) + f" ({row['acceptance_model']})",
+                      str(row["k"]), f"{row['speedup']:.2f}x", row["flag"])
+    out.print(table)
+    out.print("k above the server's own cannot be priced: its counters say nothing past it", highlight=False)
