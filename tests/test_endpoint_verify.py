@@ -147,3 +147,43 @@ def test_llama_cpp_server_with_prompt_lookup_passes_against_itself_without(capsy
         for proc in (plain, spec):
             proc.terminate()
             proc.wait(timeout=30)
+
+
+def main_ok() -> None:
+    try:
+        cli.main()
+    except SystemExit as exc:
+        assert not exc.code, exc
+
+
+def test_paired_bench_of_two_servers(pair, tok, capsys, monkeypatch, tmp_path):
+    """`bench --endpoint A --endpoint B`: ABBA rounds per level, every ratio with an interval that holds it."""
+    with server(pair, tok) as (spec_url, _), server(pair, tok, proposer="none") as (plain_url, _):
+        monkeypatch.setattr(sys, "argv", ["specdecode", "bench", "--endpoint", spec_url, "--endpoint", plain_url,
+                                          "--workload", "code", "--limit", "4", "--max-new-tokens", "16",
+                                          "--concurrency", "1,2", "--ignore-eos", "--api", "completions",
+                                          "--out", str(tmp_path)])
+        main_ok()
+    report = json.loads((tmp_path / "paired.json").read_text())
+    assert [lv["concurrency"] for lv in report["levels"]] == [1, 2]
+    for lv in report["levels"]:
+        assert lv["order"] == "ABBA" and lv["prompts"] == 4 and lv["errors"] == {"A": 0, "B": 0}
+        for r in lv["ratios"].values():
+            assert 0 < r["ci_low"] <= r["ratio"] <= r["ci_high"]
+    assert "above 1: A" in capsys.readouterr().out
+    # Two identical servers (a control): the ratio's interval holds 1 unless the machine drifts far.
+    with server(pair, tok, proposer="none") as (a, _), server(pair, tok, proposer="none") as (b, _):
+        monkeypatch.setattr(sys, "argv", ["specdecode", "bench", "--endpoint", a, "--endpoint", b, "--workload", "code",
+                                          "--limit", "6", "--max-new-tokens", "16", "--ignore-eos", "--api",
+                                          "completions", "--out", str(tmp_path / "same")])
+        main_ok()
+    same = json.loads((tmp_path / "same" / "paired.json").read_text())["levels"][0]["ratios"]["tokens_per_s"]
+    assert 0.5 < same["ratio"] < 2.0
+
+
+def test_bench_refuses_three_endpoints(capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["specdecode", "bench", "--endpoint", "http://a", "--endpoint", "http://b",
+                                      "--endpoint", "http://c"])
+    with pytest.raises(SystemExit) as exc:
+        cli.main()
+    assert exc.value.code == 2 and "one server (a load test) or two (paired)" in capsys.readouterr().err

@@ -40,7 +40,9 @@ def bench(
     out_dir: str = typer.Option("bench-out", "--out", help="directory for results.json, report.md and plots"),
     config: Optional[str] = typer.Option(None, "--config", help="a `tune --save` file: its models and dtypes are "
                                                                 "used and its k joins the grid"),
-    endpoint: Optional[str] = typer.Option(None, "--endpoint", help="load-test an OpenAI-compatible server at URL"),
+    endpoint: Optional[list[str]] = typer.Option(None, "--endpoint", help="load-test an OpenAI-compatible server at "
+                                                 "URL; given twice, the two servers paired on the same prompts "
+                                                 "(ABBA rounds per concurrency level, ratios with intervals)"),
     requests: int = typer.Option(32, "--requests", help="with --endpoint: requests per concurrency level"),
     request_rate: Optional[float] = typer.Option(None, "--request-rate", help="with --endpoint: Poisson arrivals "
                                                                              "per second (default: all at once)"),
@@ -65,8 +67,13 @@ def bench(
 ):
     """Benchmark plain decoding, our proposers and transformers' peers side by side, or (--endpoint)
     a running OpenAI-compatible server under load."""
+    if endpoint and len(endpoint) == 2:
+        return bench_paired(endpoint, workload, categories, limit, concurrency, max_new_tokens, temperature, model,
+                            api, seed, out_dir, ignore_eos)
+    if endpoint and len(endpoint) > 2:
+        raise InvalidParameter(f"--endpoint takes one server (a load test) or two (paired), got {len(endpoint)}")
     if endpoint:
-        return bench_endpoint(endpoint, workload, categories, limit, concurrency, requests, request_rate,
+        return bench_endpoint(endpoint[0], workload, categories, limit, concurrency, requests, request_rate,
                               max_new_tokens, temperature, model, api, tokenizer_spec, seed, out_dir, ignore_eos)
     from pathlib import Path
 
@@ -314,3 +321,50 @@ def bench_endpoint(endpoint, workload, categories, limit, concurrency, requests,
                                for key in ("first_quarter_tokens_per_s", "last_quarter_tokens_per_s")))
     out.print(table)
     out.print(f"wrote {out_dir}/results.json, {out_dir}/report.md and plots")
+
+
+def bench_paired(endpoints, workload, categories, limit, concurrency, max_new_tokens, temperature, model, api, seed,
+                 out_dir, ignore_eos=False) -> None:
+    """Two servers on the same prompts, ABBA per level: each metric as A relative to B with an interval."""
+    import json
+    from pathlib import Path
+
+    from ..bench.paired import paired_level
+    from ..bench.workloads import load_workload
+    from ..checks.endpoint import base_url, pick_model, served_models
+
+    levels = parse_list(concurrency, int, "--concurrency")
+    if any(c < 1 for c in levels):
+        raise InvalidParameter("--concurrency values must be >= 1")
+    if api not in ("chat", "completions"):
+        raise InvalidParameter(f"--api is chat or completions, got {api!r}")
+    sides = {}
+    for label, url in zip("AB", endpoints):
+        base = base_url(url)
+        sides[label] = (base, pick_model(base, served_models(base), model))
+    prompts = [p.turns[0] for p in load_workload(workload, parse_list(categories, str, "--categories")
+                                                 if categories else None, limit)]
+    if len(prompts) < 2:
+        raise InvalidParameter("a paired bench needs at least 2 prompts (intervals are over prompts): raise --limit")
+    levels_out = []
+    for t in parse_list(temperature, float, "--temperature"):
+        for c in levels:
+            levels_out.append(paired_level(sides, prompts, c, max_new_tokens, t, api == "chat",
+                                           {"ignore_eos": True} if ignore_eos else None, seed))
+            err.print(f"T={t:g} concurrency {c} done", highlight=False)
+    report = {"A": {"endpoint": sides["A"][0], "model": sides["A"][1]},
+              "B": {"endpoint": sides["B"][0], "model": sides["B"][1]}, "max_new_tokens": max_new_tokens,
+              "api": api, "ignore_eos": ignore_eos, "prompts": len(prompts), "levels": levels_out}
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "paired.json").write_text(json.dumps(report, indent=1))
+    table = Table("T", "concurrency", "prompts", "tok/s per request A/B", "TPOT B/A", "TTFT B/A", "aggregate tok/s A/B")
+    for lv in levels_out:
+        cell = lambda key: "-" if key not in lv["ratios"] else (  # noqa: E731
+            f"{lv['ratios'][key]['ratio']:.3f} [{lv['ratios'][key]['ci_low']:.3f}, {lv['ratios'][key]['ci_high']:.3f}]")
+        table.add_row(f"{lv['temperature']:g}", str(lv["concurrency"]), str(lv["prompts"]), cell("tokens_per_s"),
+                      cell("tpot_s"), cell("ttft_s"), f"{lv['throughput_ratio']:.3f}")
+    out.print(f"A = {sides['A'][0]} ({sides['A'][1]}), B = {sides['B'][0]} ({sides['B'][1]}); above 1: A is "
+                      "better; 95% intervals over prompts", highlight=False)
+    out.print(table)
+    out.print(f"wrote {folder / 'paired.json'}", highlight=False)
