@@ -20,7 +20,13 @@ LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 LLAMA_VERSION := $(shell sed -n 's/.*"llama-cpp-python\(\[[a-z,]*\]\)\{0,1\}==\([0-9.]*\)".*/\2/p' pyproject.toml)
 LLAMA_WHEELS := $(or $(SPECDECODE_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/specdecode)/wheels/llama-cpp-python-$(LLAMA_VERSION)-$(shell echo '$(strip $(LLAMA_CMAKE_ARGS))' | md5sum | cut -c1-12)
 
-.PHONY: install demo test clean
+# llama.cpp's own server (`llama-server`), a third-party peer for `verify`, `bench` and `tune` with
+# --endpoint: built from the llama.cpp inside the same llama-cpp-python sdist, with the same CPU flags,
+# statically linked, cached beside the wheel, and copied into the venv's bin/.
+LLAMA_SERVER_CACHE := $(LLAMA_WHEELS)/llama-server
+LLAMA_SERVER := $(VENV)/bin/llama-server
+
+.PHONY: install demo test clean llama-server
 
 # pip's notices about this machine's package sources (index folders that do not exist here) are
 # filtered out of the install output; pip's own exit status still decides (pipefail).
@@ -44,10 +50,26 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)
 
+llama-server: $(LLAMA_SERVER)
+
+$(LLAMA_SERVER): | $(STAMP)
+	@test -x $(LLAMA_SERVER_CACHE) || echo "building llama.cpp's llama-server for this CPU: about 7 minutes on 2 cores, once (cached in $(LLAMA_WHEELS))"
+	test -x $(LLAMA_SERVER_CACHE) || { tmp=$$(mktemp -d) && \
+		$(PY) -m pip download -q --no-deps --no-binary :all: -d $$tmp llama-cpp-python==$(LLAMA_VERSION) $(QUIET) && \
+		tar -xzf $$tmp/llama_cpp_python-$(LLAMA_VERSION).tar.gz -C $$tmp && \
+		{ cmake -S $$tmp/llama_cpp_python-$(LLAMA_VERSION)/vendor/llama.cpp -B $$tmp/build -DCMAKE_BUILD_TYPE=Release \
+			$(strip $(LLAMA_CMAKE_ARGS)) -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+			-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON && \
+		cmake --build $$tmp/build --target llama-server -j $$(nproc); } >$$tmp/build.log 2>&1 || \
+			{ tail -40 $$tmp/build.log; false; } && \
+		mkdir -p $(LLAMA_WHEELS) && cp $$tmp/build/bin/llama-server $(LLAMA_SERVER_CACHE).tmp && \
+		mv $(LLAMA_SERVER_CACHE).tmp $(LLAMA_SERVER_CACHE); status=$$?; rm -rf $$tmp; exit $$status; }
+	cp $(LLAMA_SERVER_CACHE) $(LLAMA_SERVER)
+
 demo: install
 	$(VENV)/bin/specdecode demo
 
-test: install
+test: install llama-server
 	$(PY) -m pytest -q -ra
 
 clean:

@@ -93,7 +93,8 @@ def acceptance(path: Path | None) -> dict[str, list[float]]:
     bench results.json (all prompts, the largest k); none: no modelled speedups."""
     if path is None:
         return {}
-    records = [r for r in json.loads(path.read_text())["results"]
+    data = json.loads(path.read_text())
+    records = [r for r in (data["results"] if isinstance(data, dict) else data)
                if r["method"] == "draft" and r["category"] == "all" and r.get("per_position_acceptance")]
     found: dict[str, list[float]] = {}
     for r in sorted(records, key=lambda r: int(r["k"]) if str(r["k"]).isdigit() else 0):

@@ -8,6 +8,7 @@ import copy
 import json
 import subprocess
 import sys
+import tempfile
 import time
 
 import httpx
@@ -108,9 +109,10 @@ needs_llamacpp = pytest.mark.skipif(not llamacpp.available(), reason="llama-cpp-
 
 def llama_server(gguf: str, *extra: str):
     port = free_port()
+    log = tempfile.TemporaryFile(mode="w+")  # a pipe nobody reads would fill and block the server
     proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", gguf, "--model_alias", "peer",
                              "--port", str(port), "--n_ctx", "512", "--verbose", "False", *extra],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=log, text=True)
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):
         try:
@@ -119,7 +121,8 @@ def llama_server(gguf: str, *extra: str):
         except httpx.HTTPError:
             pass
         if proc.poll() is not None:
-            raise AssertionError(proc.stderr.read()[-2000:])
+            log.seek(0)
+            raise AssertionError(log.read()[-2000:])
         time.sleep(0.1)
     proc.kill()
     raise AssertionError("llama_cpp.server did not start")
@@ -187,3 +190,14 @@ def test_bench_refuses_three_endpoints(capsys, monkeypatch):
     with pytest.raises(SystemExit) as exc:
         cli.main()
     assert exc.value.code == 2 and "one server (a load test) or two (paired)" in capsys.readouterr().err
+
+
+def test_both_logprobs_shapes_give_token_outcomes():
+    legacy = {"text": " 2,", "logprobs": {"tokens": [" ", "2", ","], "top_logprobs": [{" ": -0.1, "x": -2.4}, {}, {}]}}
+    chat_like = {"text": " 2,", "logprobs": {"content": [
+        {"id": 220, "token": " ", "logprob": -0.1, "top_logprobs": [{"id": 220, "token": " ", "logprob": -0.1}]},
+        {"id": 17, "token": "2", "logprob": -0.2, "top_logprobs": []}]}}
+    assert check.outcome(legacy, 2) == (" ", "2")
+    assert check.outcome(chat_like, 2) == (220, 17)  # ids where the server gives them
+    assert check.outcome({"text": "abc", "logprobs": None}, 2) == ("abc",)
+    assert check.logprob_entries(legacy["logprobs"])[0] == (" ", {" ": -0.1, "x": -2.4})

@@ -3,8 +3,8 @@
 The server's Prometheus counters are read before and after a workload (or a passive window), and
 the difference gives what speculation did meanwhile:
 
-- per position (vLLM's `vllm:spec_decode_num_accepted_tokens_per_pos{position=i}`, ours under
-  `specdecode:`): A_i = accepted at position i / passes, the fraction of passes whose draft i was
+- per position (vLLM's `vllm:spec_decode_num_accepted_tokens_per_pos{position=i}`, llama-server's
+  under `llamacpp:`, ours under `specdecode:`): A_i = accepted at position i / passes, the fraction of passes whose draft i was
   accepted, exact for every k up to the server's own. Passes = generated tokens - accepted ones
   (each pass emits one token more than it accepts; `..._generation_tokens`), since a lookup
   proposer drafts nothing in some passes, which still emit a token; without that counter, the
@@ -79,7 +79,7 @@ def parse_metrics(text: str) -> Counters:
             found.draft_tokens += value
         elif base.endswith("spec_decode_num_accepted_tokens"):
             found.accepted += value
-        elif base.endswith(":generation_tokens"):
+        elif base.endswith((":generation_tokens", "llamacpp:tokens_predicted")):
             found.generated = (found.generated or 0.0) + value
     return found
 
@@ -171,7 +171,8 @@ def flag(engine: str | None, version: str | None, k: int) -> str:
     if engine == "sglang":
         return f"--speculative-num-steps {k} --speculative-num-draft-tokens {k + 1}"
     if engine == "llamacpp":
-        return f"--draft-max {k}"
+        # llama-server renamed it; a build whose --help lists neither predates speculation in the server.
+        return f"--spec-draft-n-max {k} (builds before the rename: --draft-max {k})"
     if engine == "specdecode":
         return f"specdecode serve --k {k} (or per request: \"speculative\": {{\"k\": {k}}})"
     return f"k = {k} (unknown engine: set its number of speculative tokens)"

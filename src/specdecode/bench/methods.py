@@ -22,11 +22,13 @@ ENGINE_METHODS = {"plain": "none", "draft": "draft", "ngram": "ngram", "suffix":
                   "hybrid-suffix": "hybrid-suffix"}
 HF_METHODS = ("hf", "hf-assisted", "hf-pld")
 LLAMACPP_METHODS = ("llamacpp", "llamacpp-pld")
+# llama.cpp's own server (bench/llama_server.py): plain, its n-gram cache and its draft model.
+LLAMA_SERVER_METHODS = ("llama-server", "llama-server-ngram", "llama-server-draft")
 # The plain decoders a user of the default model would otherwise run, beside whatever runtime the
 # target is on: our plain decoding over the torch target, llama.cpp's own loop on the shipped GGUF.
 BASELINE_METHODS = ("plain-torch", "llamacpp-shipped")
-PLAIN_METHODS = ("plain", "hf", "llamacpp", *BASELINE_METHODS)  # decoders that draft nothing
-ALL_METHODS = (*ENGINE_METHODS, *HF_METHODS, *LLAMACPP_METHODS, *BASELINE_METHODS)
+PLAIN_METHODS = ("plain", "hf", "llamacpp", "llama-server", *BASELINE_METHODS)  # decoders that draft nothing
+ALL_METHODS = (*ENGINE_METHODS, *HF_METHODS, *LLAMACPP_METHODS, *LLAMA_SERVER_METHODS, *BASELINE_METHODS)
 
 
 @dataclass
@@ -233,6 +235,12 @@ def make_method(name: str, gen: Engine, target_spec: str, target_model, tokenize
     gguf = target_model.gguf if backend_name(target_model) == "llamacpp" else resolve(target_spec, "target").gguf
     if gguf is None:
         raise ValueError(f"{name} needs the target as a GGUF file; '{target_spec}' is not one")
+    if name in LLAMA_SERVER_METHODS:
+        from .llama_server import LlamaServerMethod
+
+        # Its draft: the GGUF our draft runs where it is a llama.cpp one, else the default draft's.
+        draft_gguf = getattr(draft_model, "gguf", None) if draft_model is not None else None
+        return LlamaServerMethod(name, gguf, draft_gguf or resolve("default", "draft").gguf)
     return LlamaCppMethod(name, gguf, eos_ids(target_model, tokenizer))
 
 

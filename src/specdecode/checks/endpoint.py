@@ -115,12 +115,27 @@ def sides(endpoint: str, baseline: str | None, model: str | None = None,
     return tested, plain
 
 
+def logprob_entries(logprobs) -> list[tuple[object, dict[object, float]]]:
+    """(token, {alternative: logprob}) per position from either logprobs shape servers return:
+    OpenAI's completions one ({"tokens": [...], "top_logprobs": [{text: lp}]}, ours and vLLM's) or the
+    chat one ({"content": [{"id", "token", "logprob", "top_logprobs": [...]}]}, llama-server's). Token
+    ids where the server gives them, else the token text."""
+    if not isinstance(logprobs, dict):
+        return []
+    if logprobs.get("content"):
+        key = lambda e: e.get("id", e.get("token"))  # noqa: E731
+        return [(key(e), {key(t): float(t["logprob"]) for t in e.get("top_logprobs") or []})
+                for e in logprobs["content"]]
+    tokens = logprobs.get("tokens") or []
+    tops = logprobs.get("top_logprobs") or [{} for _ in tokens]
+    return [(t, dict(top or {})) for t, top in zip(tokens, tops)]
+
+
 def outcome(choice: dict, length: int) -> tuple:
     """The first `length` tokens of a completion choice: its logprobs' tokens, else its text."""
-    logprobs = choice.get("logprobs") or {}
-    tokens = logprobs.get("tokens") if isinstance(logprobs, dict) else None
-    if tokens:
-        return tuple(tokens[:length])
+    entries = logprob_entries(choice.get("logprobs"))
+    if entries:
+        return tuple(token for token, _ in entries[:length])
     return (choice.get("text", ""),)
 
 
@@ -189,11 +204,10 @@ def first_token_exact(plain: Side, body: dict) -> tuple[dict | None, str]:
         return None, f"the baseline's logprobs request failed ({type(exc).__name__})"
     if response.status_code != 200:
         return None, f"the baseline refused logprobs=20 (HTTP {response.status_code})"
-    logprobs = response.json()["choices"][0].get("logprobs") or {}
-    tops = logprobs.get("top_logprobs") if isinstance(logprobs, dict) else None
-    if not tops or not tops[0]:
+    entries = logprob_entries(response.json()["choices"][0].get("logprobs"))
+    if not entries or not entries[0][1]:
         return None, "the baseline returns no top_logprobs"
-    probs = {(token,): math.exp(lp) for token, lp in tops[0].items()}
+    probs = {(token,): math.exp(lp) for token, lp in entries[0][1].items()}
     covered = sum(probs.values())
     if covered < COVERAGE:
         return None, f"the baseline's top {len(probs)} logprobs cover {covered:.1%} of the first token's mass " \

@@ -23,7 +23,8 @@ def bench(
                                                  help="synthetic sweep, e.g. 128,512,2048 (replaces --workload)"),
     methods: str = typer.Option("plain,draft,ngram,hf,hf-assisted", "--methods",
                                 help="plain,draft,ngram,suffix,hybrid,hybrid-suffix,hf,hf-assisted,hf-pld,"
-                                "llamacpp,llamacpp-pld"),
+                                "llamacpp,llamacpp-pld,llama-server,llama-server-ngram,llama-server-draft,"
+                                "plain-torch,llamacpp-shipped"),
     k: str = typer.Option("2,4", "--k", help="comma-separated k values, may include auto"),
     temperature: str = typer.Option("0", "--temperature", help="comma-separated, e.g. 0,1"),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens"),

@@ -163,9 +163,6 @@ def tune_endpoint(endpoint: str, workload: str, categories: str | None, limit: i
     prompts = [p.turns[0] for p in load_workload(workload, parse_list(categories, str, "--categories")
                                                  if categories else None, limit)]
     before = counters()
-    if before.engine == "llamacpp" and before.drafts == 0 and not before.per_pos:
-        raise tuning.TuneError(f"{base} is llama.cpp's server, whose /metrics has no draft counters: tune k there "
-                               "with `specdecode bench --endpoint` at each --draft-max instead")
     if before.drafts == 0 and not before.per_pos and before.engine is None:
         raise tuning.TuneError(f"{base}/metrics has no speculative counters (spec_decode_num_drafts, ...): this "
                                "server does not report its acceptance")

@@ -1,0 +1,77 @@
+"""llama.cpp's own server (`make llama-server`, which `make test` runs) as a real third-party peer:
+its n-gram cache and draft-model speculation pass `verify --endpoint` against the same server
+decoding plainly; `tune --endpoint` reads its counters; the bench drives it as a method."""
+
+import json
+import sys
+
+import pytest
+
+from specdecode import SamplingParams, cli
+from specdecode.bench import llama_server
+
+pytestmark = [pytest.mark.realmodel,
+              pytest.mark.skipif(llama_server.binary() is None,
+                                 reason="llama-server is not built: run `make llama-server` (make test does)")]
+
+PROMPT = "1, 2, 3, 1, 2, 3, 1, 2, 3, 1,"  # repetitive: the n-gram cache drafts here
+
+
+@pytest.fixture(scope="module")
+def gguf():
+    from specdecode.models.registry import resolve
+
+    return str(resolve("default", "draft").gguf)  # the 0.5B: quick, and the check does not need the 1.5B
+
+
+def run_cli(capsys, monkeypatch, *args) -> dict:
+    monkeypatch.setattr(sys, "argv", ["specdecode", *args])
+    try:
+        cli.main()
+    except SystemExit as exc:
+        assert not exc.code, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("spec", [("--spec-type", "ngram-cache"), ("--spec-type", "draft-simple", "-md", "SELF")])
+def test_llama_server_speculation_is_exact_against_itself_without(gguf, spec, capsys, monkeypatch):
+    spec = tuple(gguf if arg == "SELF" else arg for arg in spec)
+    with llama_server.LlamaServer(gguf, context=1024) as plain, \
+            llama_server.LlamaServer(gguf, *spec, "--spec-draft-n-max", "4", context=1024) as fast:
+        report = run_cli(capsys, monkeypatch, "verify", PROMPT, "--endpoint", fast.url, "--baseline", plain.url,
+                         "--samples", "200", "--length", "3", "--top-k", "3", "--temperature", "1",
+                         "--concurrency", "1", "--json")
+        assert report["passed"] and report["samples"] == 200, report
+        # It did speculate during the check (llama.cpp drafts up to max_tokens - 2 a request): its counters moved.
+        from specdecode.advise.endpoint_tune import parse_metrics
+        import httpx
+
+        counters = parse_metrics(httpx.get(f"{fast.url}/metrics").text)
+        assert counters.engine == "llamacpp" and counters.drafts > 0 and counters.draft_tokens > 0
+
+
+def test_tune_endpoint_reads_llama_server_counters(gguf, capsys, monkeypatch):
+    with llama_server.LlamaServer(gguf, "--spec-type", "ngram-cache", "--spec-draft-n-max", "6", context=2048) as fast:
+        got = run_cli(capsys, monkeypatch, "tune", "--endpoint", fast.url, "--draft-cost", "0", "--workload",
+                      "repetitive", "--limit", "3", "--requests", "3", "--max-new-tokens", "48", "--json")
+    level = got["levels"][0]
+    assert got["engine"] == "llamacpp" and level["acceptance_model"] == "per-position"
+    assert 0 <= level["k"] <= len(level["acceptance"]) and "--spec-draft-n-max" in level["flag"]
+
+
+def test_bench_method_streams_token_ids(gguf):
+    from specdecode.models.registry import resolve
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(resolve("default", "draft").path))
+    ids = tok(PROMPT)["input_ids"]
+    params = SamplingParams(max_new_tokens=12, ignore_eos=True)
+    plain = llama_server.LlamaServerMethod("llama-server", gguf)
+    ngram = llama_server.LlamaServerMethod("llama-server-ngram", gguf)
+    try:
+        a, b = plain.run(ids, params, None), ngram.run(ids, params, 4)
+    finally:
+        plain.close()
+        ngram.close()
+    assert len(a.token_ids) == 12 and a.token_ids == b.token_ids  # greedy: speculation changes nothing
+    assert b.drafted is not None and b.drafted > 0 and sum(n for _, n in a.steps) == 12
