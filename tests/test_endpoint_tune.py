@@ -4,15 +4,15 @@ models and workload; the errors a user can make."""
 
 import copy
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 import tiny
+from clirun import run_cli
 from live_server import live_server
-from specdecode import SpeculativeGenerator, cli
+from specdecode import SpeculativeGenerator
 from specdecode.advise import endpoint_tune as tuning
 from specdecode.engine.engine import EngineConfig
 from specdecode.server import create_app
@@ -48,18 +48,6 @@ def test_counters_without_positions_get_an_iid_fit_and_a_quiet_server_is_refused
     assert sum(r ** i for i in range(1, 5)) == pytest.approx(2.0, rel=1e-6)  # 4000 accepted / 2000 passes
     with pytest.raises(tuning.TuneError, match="checked no drafts"):
         tuning.acceptance(tuning.parse_metrics(VLLM) - tuning.parse_metrics(VLLM))
-
-
-def run_cli(capsys, monkeypatch, *args, code=0):
-    monkeypatch.setattr(sys, "argv", ["specdecode", *args])
-    try:
-        cli.main()
-    except SystemExit as exc:
-        assert (exc.code or 0) == code, capsys.readouterr().err
-    else:
-        assert code == 0
-    captured = capsys.readouterr()
-    return json.loads(captured.out) if code == 0 else captured.err
 
 
 PROPOSER, DRAFT_COST = "ngram", ("--draft-cost", "0")  # a lookup costs nothing beside a pass
@@ -99,12 +87,12 @@ def test_endpoint_recommendation_agrees_with_our_tune(tmp_path, tok, capsys, mon
 def test_clear_errors(tmp_path, tok, capsys, monkeypatch):
     gen = SpeculativeGenerator.from_models(tiny.model(), tok, "none")
     with live_server(create_app(gen, "tiny")) as (url, _):
-        err = run_cli(capsys, monkeypatch, "tune", "--endpoint", url, code=2)
+        err = run_cli(capsys, monkeypatch, "tune", "--endpoint", url, code=2)["stderr"]
         assert "give --cost-curve FILE" in err
         (tmp_path / "bad.json").write_text("{}")
         err = run_cli(capsys, monkeypatch, "tune", "--endpoint", url, "--cost-curve", str(tmp_path / "bad.json"),
-                      code=2)
+                      code=2)["stderr"]
         assert err.startswith("error: --cost-curve") and "Traceback" not in err
         err = run_cli(capsys, monkeypatch, "tune", "--endpoint", url, "--draft-cost", "0.3", "--requests", "2",
-                      "--max-new-tokens", "4", "--limit", "2", code=2)
+                      "--max-new-tokens", "4", "--limit", "2", code=2)["stderr"]
         assert "checked no drafts" in err  # a plain server: its counters never move

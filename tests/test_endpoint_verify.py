@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import tiny
+from clirun import run_cli
 from live_server import free_port, live_server
 from specdecode import SpeculativeGenerator, cli
 from specdecode.bench.endpoint import scrape_counters
@@ -47,15 +48,7 @@ def server(pair, tok, naive=False, proposer="draft"):
 
 
 def verify(capsys, monkeypatch, *args, code=0) -> dict:
-    monkeypatch.setattr(sys, "argv", ["specdecode", "verify", "hello", *args])
-    try:
-        cli.main()
-    except SystemExit as exc:
-        assert (exc.code or 0) == code, capsys.readouterr().err
-    else:
-        assert code == 0, "expected a failure"
-    captured = capsys.readouterr()
-    return json.loads(captured.out) if captured.out.strip() else {"stderr": captured.err}
+    return run_cli(capsys, monkeypatch, "verify", "hello", *args, code=code)
 
 
 def test_our_speculative_server_passes_and_the_naive_one_fails(pair, tok, capsys, monkeypatch, tmp_path):

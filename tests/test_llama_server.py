@@ -2,12 +2,10 @@
 its n-gram cache and draft-model speculation pass `verify --endpoint` against the same server
 decoding plainly; `tune --endpoint` reads its counters; the bench drives it as a method."""
 
-import json
-import sys
-
 import pytest
 
-from specdecode import SamplingParams, cli
+from clirun import run_cli
+from specdecode import SamplingParams
 from specdecode.bench import llama_server
 
 pytestmark = [pytest.mark.realmodel,
@@ -22,15 +20,6 @@ def gguf():
     from specdecode.models.registry import resolve
 
     return str(resolve("default", "draft").gguf)  # the 0.5B: quick, and the check does not need the 1.5B
-
-
-def run_cli(capsys, monkeypatch, *args) -> dict:
-    monkeypatch.setattr(sys, "argv", ["specdecode", *args])
-    try:
-        cli.main()
-    except SystemExit as exc:
-        assert not exc.code, capsys.readouterr().err
-    return json.loads(capsys.readouterr().out)
 
 
 @pytest.mark.parametrize("spec", [("--spec-type", "ngram-cache"), ("--spec-type", "draft-simple", "-md", "SELF")])
