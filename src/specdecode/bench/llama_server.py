@@ -103,8 +103,6 @@ class LlamaServerMethod:
     takes_auto = False
 
     def __init__(self, name: str, gguf: str | Path, draft_gguf: str | Path | None = None):
-        from .methods import PeakMemory  # noqa: F401 (the server's memory is its own process's)
-
         spec = SPEC_TYPES[name]
         self.name = name
         self.takes_k = spec is not None

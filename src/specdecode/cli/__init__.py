@@ -2,7 +2,8 @@
 
 The commands map flags to calls and render the results; what they run lives in the library
 (engine, bench, tune, plan, verify, server). This package holds the app and the flags they share;
-run.py, bench.py and advise.py the commands, render.py the tables they print.
+run.py, serve.py, bench.py and advise.py the commands, endpoints.py their modes for running servers
+(--endpoint), render.py the tables they print.
 """
 
 from __future__ import annotations
@@ -156,4 +157,4 @@ if __name__ == "__main__":
 
 
 # The commands register themselves on `app`.
-from . import advise, bench, run  # noqa: E402,F401
+from . import advise, bench, run, serve  # noqa: E402,F401

@@ -68,6 +68,8 @@ def bench(
 ):
     """Benchmark plain decoding, our proposers and transformers' peers side by side, or (--endpoint)
     a running OpenAI-compatible server under load."""
+    if endpoint:
+        from .endpoints import bench_endpoint, bench_paired
     if endpoint and len(endpoint) == 2:
         return bench_paired(endpoint, workload, categories, limit, concurrency, max_new_tokens, temperature, model,
                             api, seed, out_dir, ignore_eos)
@@ -267,105 +269,3 @@ def schema_grammar(path: str | None, methods: list[str]):
         return GrammarSpec("json", json.loads(Path(path).read_text()))
     except (OSError, json.JSONDecodeError) as exc:
         raise InvalidParameter(f"--json-schema {path}: {exc}") from None
-
-
-def bench_endpoint(endpoint, workload, categories, limit, concurrency, requests, request_rate, max_new_tokens,
-                   temperature, model, api, tokenizer_spec, seed, out_dir, ignore_eos=False) -> None:
-    from pathlib import Path
-
-    from ..bench.endpoint import run_endpoint_bench
-    from ..bench.report import write_endpoint_outputs
-    from ..bench.workloads import load_workload
-
-    levels = parse_list(concurrency, int, "--concurrency")
-    if any(c < 1 for c in levels):
-        raise InvalidParameter("--concurrency values must be >= 1")
-    if requests < 1:
-        raise InvalidParameter("--requests must be >= 1")
-    if request_rate is not None and request_rate <= 0:
-        raise InvalidParameter("--request-rate must be > 0")
-    if api not in ("chat", "completions"):
-        raise InvalidParameter(f"--api is chat or completions, got {api!r}")
-    if not endpoint.startswith(("http://", "https://")):
-        raise InvalidParameter(f"--endpoint must be an http(s) URL, got {endpoint!r}")
-    temps = parse_list(temperature, float, "--temperature")
-    prompts = [p.turns[0] for p in load_workload(workload, parse_list(categories, str, "--categories")
-                                                 if categories else None, limit)]
-    tokenizer = None
-    if tokenizer_spec:
-        from transformers import AutoTokenizer
-
-        from ..models.registry import resolve
-
-        tokenizer = AutoTokenizer.from_pretrained(str(resolve(tokenizer_spec, "tokenizer").path))
-    records, raw = [], []
-    for t in temps:
-        r, w = run_endpoint_bench(endpoint, prompts, levels, requests, request_rate, max_new_tokens, t, tokenizer,
-                                  api == "chat", model, seed=seed, extra_body={"ignore_eos": True} if ignore_eos else None,
-                                  progress=lambda c: err.print(f"concurrency {c} done", highlight=False))
-        records += r
-        raw += w
-    write_endpoint_outputs(Path(out_dir), records, raw, {"endpoint": endpoint, "concurrency": levels,
-                                                         "requests_per_level": requests, "request_rate": request_rate,
-                                                         "max_new_tokens": max_new_tokens, "api": api,
-                                                         "ignore_eos": ignore_eos,
-                                                         "prompts": len(prompts)})
-    table = Table("concurrency", "T", "ok/requests", "tok/s", "req/s", "TTFT ms", "ITL p50/p90/p99 ms", "TPOT ms",
-                  "acceptance", "first/last quarter tok/s")
-    for r in records:
-        ms = lambda v: "-" if v is None else f"{v * 1000:.0f}"  # noqa: E731
-        table.add_row(str(r["concurrency"]), f"{r['temperature']:g}", f"{r['requests'] - r['errors']}/{r['requests']}",
-                      f"{r['tokens_per_s']:.2f}", f"{r['request_throughput']:.2f}", ms(r["ttft_s"]),
-                      f"{ms(r['itl_p50_s'])}/{ms(r['itl_p90_s'])}/{ms(r['itl_p99_s'])}", ms(r["tpot_s"]),
-                      "-" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.1%}",
-                      "/".join("-" if r[key] is None else f"{r[key]:.2f}"
-                               for key in ("first_quarter_tokens_per_s", "last_quarter_tokens_per_s")))
-    out.print(table)
-    out.print(f"wrote {out_dir}/results.json, {out_dir}/report.md and plots")
-
-
-def bench_paired(endpoints, workload, categories, limit, concurrency, max_new_tokens, temperature, model, api, seed,
-                 out_dir, ignore_eos=False) -> None:
-    """Two servers on the same prompts, ABBA per level: each metric as A relative to B with an interval."""
-    import json
-    from pathlib import Path
-
-    from ..bench.paired import paired_level
-    from ..bench.workloads import load_workload
-    from ..checks.endpoint import base_url, pick_model, served_models
-
-    levels = parse_list(concurrency, int, "--concurrency")
-    if any(c < 1 for c in levels):
-        raise InvalidParameter("--concurrency values must be >= 1")
-    if api not in ("chat", "completions"):
-        raise InvalidParameter(f"--api is chat or completions, got {api!r}")
-    sides = {}
-    for label, url in zip("AB", endpoints):
-        base = base_url(url)
-        sides[label] = (base, pick_model(base, served_models(base), model))
-    prompts = [p.turns[0] for p in load_workload(workload, parse_list(categories, str, "--categories")
-                                                 if categories else None, limit)]
-    if len(prompts) < 2:
-        raise InvalidParameter("a paired bench needs at least 2 prompts (intervals are over prompts): raise --limit")
-    levels_out = []
-    for t in parse_list(temperature, float, "--temperature"):
-        for c in levels:
-            levels_out.append(paired_level(sides, prompts, c, max_new_tokens, t, api == "chat",
-                                           {"ignore_eos": True} if ignore_eos else None, seed))
-            err.print(f"T={t:g} concurrency {c} done", highlight=False)
-    report = {"A": {"endpoint": sides["A"][0], "model": sides["A"][1]},
-              "B": {"endpoint": sides["B"][0], "model": sides["B"][1]}, "max_new_tokens": max_new_tokens,
-              "api": api, "ignore_eos": ignore_eos, "prompts": len(prompts), "levels": levels_out}
-    folder = Path(out_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "paired.json").write_text(json.dumps(report, indent=1))
-    table = Table("T", "concurrency", "prompts", "tok/s per request A/B", "TPOT B/A", "TTFT B/A", "aggregate tok/s A/B")
-    for lv in levels_out:
-        cell = lambda key: "-" if key not in lv["ratios"] else (  # noqa: E731
-            f"{lv['ratios'][key]['ratio']:.3f} [{lv['ratios'][key]['ci_low']:.3f}, {lv['ratios'][key]['ci_high']:.3f}]")
-        table.add_row(f"{lv['temperature']:g}", str(lv["concurrency"]), str(lv["prompts"]), cell("tokens_per_s"),
-                      cell("tpot_s"), cell("ttft_s"), f"{lv['throughput_ratio']:.3f}")
-    out.print(f"A = {sides['A'][0]} ({sides['A'][1]}), B = {sides['B'][0]} ({sides['B'][1]}); above 1: A is "
-                      "better; 95% intervals over prompts", highlight=False)
-    out.print(table)
-    out.print(f"wrote {folder / 'paired.json'}", highlight=False)
