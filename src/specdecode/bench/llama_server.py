@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 
 from ..sampling.params import SamplingParams
+from .result import Run
 
 SPEC_TYPES = {"llama-server": None, "llama-server-ngram": "ngram-cache", "llama-server-draft": "draft-simple"}
 
@@ -116,9 +117,7 @@ class LlamaServerMethod:
         self.server = LlamaServer(gguf, *extra)
         self.client = httpx.Client(timeout=600)
 
-    def run(self, prompt_ids, params, k):
-        from .methods import Run
-
+    def run(self, prompt_ids, params, k) -> Run:
         body = {"prompt": list(prompt_ids), "n_predict": params.max_new_tokens, "stream": True, "return_tokens": True,
                 "cache_prompt": False, "ignore_eos": params.ignore_eos, **sampling_fields(params)}
         if params.seed is not None:

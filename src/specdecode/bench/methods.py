@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 import time
-from dataclasses import dataclass, field
 from typing import Protocol
 
 import psutil
@@ -17,6 +16,7 @@ from ..proposers import WITH_DRAFT
 from ..proposers.suffix import memories_for
 from ..models.loader import backend_name, torch_model
 from ..sampling.params import SamplingParams
+from .result import Run
 
 ENGINE_METHODS = {"plain": "none", "draft": "draft", "ngram": "ngram", "suffix": "suffix", "hybrid": "hybrid",
                   "hybrid-suffix": "hybrid-suffix"}
@@ -29,25 +29,6 @@ LLAMA_SERVER_METHODS = ("llama-server", "llama-server-ngram", "llama-server-draf
 BASELINE_METHODS = ("plain-torch", "llamacpp-shipped")
 PLAIN_METHODS = ("plain", "hf", "llamacpp", "llama-server", *BASELINE_METHODS)  # decoders that draft nothing
 ALL_METHODS = (*ENGINE_METHODS, *HF_METHODS, *LLAMACPP_METHODS, *LLAMA_SERVER_METHODS, *BASELINE_METHODS)
-
-
-@dataclass
-class Run:
-    token_ids: list[int]
-    total_s: float
-    steps: list[tuple[float, int]]  # (end time since start, tokens emitted)
-    peak_rss_bytes: int = 0
-    cuda_peak_bytes: int | None = None
-    target_passes: int | None = None
-    drafted: int | None = None
-    accepted: int | None = None
-    drafted_per_position: list[int] = field(default_factory=list)
-    accepted_per_position: list[int] = field(default_factory=list)
-    by_source: dict[str, list[int]] = field(default_factory=dict)  # passes, drafted, accepted per source
-    tree: dict[str, int] = field(default_factory=dict)  # tree passes (stats.GenerationStats.tree)
-    draft_s: float | None = None
-    verify_s: float | None = None
-    prefill_s: float | None = None
 
 
 class Method(Protocol):
