@@ -4,6 +4,8 @@ import pytest
 
 from specdecode import SamplingParams
 from specdecode.policy.auto_k import AdaptiveK
+from specdecode.policy.knobs import AutoKKnobs
+from specdecode.proposers import Plan
 from specdecode.policy.costs import AcceptanceTracker, CostCurve
 
 
@@ -31,7 +33,7 @@ def test_auto_drafts_long_blocks_for_a_perfect_draft(twin_gen):
     # A random tiny model is never confident (top probability ~0.1), so this test switches the
     # confidence stop off and watches the controller alone.
     # The cost rule is off too: the twin draft costs as much as the target, so it would not pay.
-    with twin_gen.configured(min_confidence=0.0, cost_rule=False):
+    with twin_gen.configured(auto_k=AutoKKnobs(min_confidence=0.0), cost_rule=False):
         out = twin_gen.generate("abc", greedy(60), k="auto", chat=False, proposer="draft")
     fixed = twin_gen.generate("abc", greedy(60), k=4, chat=False, proposer="draft")
     assert out.token_ids == fixed.token_ids
@@ -59,7 +61,7 @@ def test_auto_greedy_equals_plain(twin_gen, small_draft_gen, proposer):
 def test_confidence_stop_shortens_drafts(twin_gen):
     # Nothing is that sure: one draft per pass. The cost rule is off, so that the controller alone
     # decides whether to draft (at a twin draft's measured costs drafting barely pays either way).
-    with twin_gen.configured(min_confidence=0.99, cost_rule=False):
+    with twin_gen.configured(auto_k=AutoKKnobs(min_confidence=0.99), cost_rule=False):
         out = twin_gen.generate("abc", greedy(30), k="auto", chat=False, proposer="draft")
     assert out.stats["drafted_tokens"] <= out.stats["target_passes"]
     assert len(out.stats["per_position_acceptance"]) == 1
@@ -188,7 +190,7 @@ def test_lookup_match_lengths_are_sources_of_their_own():
 
     row = SimpleNamespace(context=[1, 2, 3, 4, 9, 2, 3])  # the suffix [2, 3] was seen before, followed by 4, 9
     assert ngram.reach(row, 8) == {"ngram3": 0, "ngram2": 4, "ngram1": 0}
-    (proposal,) = ngram.propose([row], [2])
+    (proposal,) = ngram.propose([row], [Plan(2)])
     assert proposal.tokens == [4, 9] and proposal.source == "ngram2"
     assert ngram.reach(SimpleNamespace(context=[5, 6, 7]), 8) == {"ngram3": 0, "ngram2": 0, "ngram1": 0}
     hybrid = HybridProposer(ngram, draft=object())

@@ -8,6 +8,7 @@ import torch
 
 from specdecode.policy.costs import AcceptanceTracker, CostCurve, PassCosts
 from specdecode import SpeculativeGenerator
+from specdecode.policy.knobs import LoadCapKnobs
 from specdecode.policy.load_cap import LoadPolicy, RowPlan
 from specdecode.engine.request import QueueFull, Request, RequestError
 from specdecode.sampling.params import InvalidParameter, SamplingParams
@@ -230,7 +231,7 @@ def test_policy_turns_speculation_off_when_verification_cost_grows_with_width():
     # A near-tie stays plain: +4% expected tokens at equal cost is inside the margin.
     flat = CostCurve({1: 0.1, 64: 0.1})
     assert policy(flat).cap([RowPlan(1, AcceptanceTracker(0.04), False)] * 2) == 0
-    assert policy(flat, margin=0.0).cap([RowPlan(1, AcceptanceTracker(0.04), False)] * 2) == 1
+    assert policy(flat, knobs=LoadCapKnobs(margin=0.0)).cap([RowPlan(1, AcceptanceTracker(0.04), False)] * 2) == 1
 
 
 def test_policy_charges_a_draft_models_catch_up_to_the_step_that_turns_it_on():
@@ -343,7 +344,7 @@ def test_nan_free_with_one_token_prompts(small_draft_gen):
 
 def test_policy_probes_now_and_then_while_speculation_is_off():
     cpu_like = CostCurve({1: 0.10, 4: 0.40, 8: 0.80, 16: 1.60, 32: 3.2})
-    cpu = policy(cpu_like, CostCurve({1: 0.05, 8: 0.1}), probe_every=8)
+    cpu = policy(cpu_like, CostCurve({1: 0.05, 8: 0.1}), knobs=LoadCapKnobs(probe_every_off_steps=8))
     rows = [RowPlan(4, AcceptanceTracker(0.5), True) for _ in range(8)]
     caps = [cpu.cap(rows) for _ in range(8 + 16 + 32)]
     # A probe that does not turn speculation on doubles the wait before the next one.

@@ -7,7 +7,7 @@ import pytest
 
 from specdecode import cli
 from specdecode.bench import metrics
-from specdecode.bench.runner import aggregate
+from specdecode.bench.runner import aggregate, complete_groups
 from specdecode.bench.workloads import WorkloadError, load_jsonl, load_workload, select
 
 
@@ -246,3 +246,31 @@ def test_the_baselines_are_for_the_default_model(twin_gen, tok):
     # Over a torch target, plain torch is our plain decoding itself (nothing else is loaded).
     method = make_method("plain-torch", twin_gen, "default", target, tok, None)
     assert method.name == "plain-torch" and method.proposer == "none" and method.gen is twin_gen
+
+
+def test_an_interrupted_bench_reports_the_prompts_every_method_finished(monkeypatch, capsys, tiny_dirs, tmp_path):
+    from specdecode.bench.methods import EngineMethod
+
+    real, calls = EngineMethod.run, []
+
+    def run(self, prompt_ids, params, k):
+        calls.append(k)
+        # Warm-up (2 points), prompt 1 (3 points), then stop in the middle of prompt 2.
+        if len(calls) == 2 + 3 + 2:
+            raise KeyboardInterrupt
+        return real(self, prompt_ids, params, k)
+
+    monkeypatch.setattr(EngineMethod, "run", run)
+    out = tmp_path / "out"
+    records = bench_code_prompts(monkeypatch, capsys, tiny_dirs, out, "--methods", "plain,ngram", "--k", "1,2",
+                                 "--max-new-tokens", "4")
+    streamed = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    assert len(streamed) == 3 and len({r["prompt_id"] for r in streamed}) == 1  # the finished prompt only
+    assert records["plain"]["runs"] == 1
+    assert json.loads((out / "meta.json").read_text())["config"]["interrupted"] is True
+
+
+def test_complete_groups_keeps_prompts_that_every_point_ran():
+    runs = [{"repeat": 0, "prompt_id": p, "temperature": 0, "turn": 0, "method": m} for p, m in
+            [(1, "a"), (1, "b"), (2, "a")]]
+    assert [r["prompt_id"] for r in complete_groups(runs, 2)] == [1, 1]

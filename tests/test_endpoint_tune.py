@@ -78,6 +78,7 @@ def test_endpoint_recommendation_agrees_with_our_tune(tmp_path, tok, capsys, mon
                       "--requests", "6", "--json", *workload, *DRAFT_COST)
     level = got["levels"][0]
     assert got["engine"] == "specdecode" and level["acceptance_model"] == "per-position"
+    assert got["verify_curve"].startswith("measured")  # priced at our tune's curve, and it says so
     assert level["server_k"] > 2  # up to 8 a pass; the lookup drafts fewer where its match is short
     assert level["k"] == ours["k"] or abs(level["speedup"] / ours_speedup - 1) <= 0.05, (level, ours["k"],
                                                                                           ours_speedup)

@@ -18,6 +18,7 @@ import torch
 
 import toy
 from specdecode.checks.goodness import one_sample
+from specdecode.policy.knobs import AutoKKnobs
 from specdecode.checks.naive import naive_rejection_sample
 from specdecode.verification.rejection import rejection_sample
 from specdecode.sampling.params import SamplingParams
@@ -280,7 +281,7 @@ def auto_samples(gen, n=BATCH_N, reject=rejection_sample):
     gen.pooled_acceptance = {}
     counts, drafted = Counter(), Counter()
     try:
-        with gen.configured(min_confidence=0.0, reject=reject):
+        with gen.configured(auto_k=AutoKKnobs(min_confidence=0.0), reject=reject):
             for i in range(n):
                 out = gen.generate(list(BATCH_PROMPT), TOPK.replace(seed=2000 + i), k="auto", chat=False,
                                    proposer="draft")

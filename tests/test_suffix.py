@@ -8,6 +8,7 @@ import pytest
 
 from specdecode.checks.goodness import one_sample
 from specdecode.checks.naive import naive_rejection_sample
+from specdecode.proposers import Plan
 from specdecode.proposers.suffix import SuffixProposer, band
 from specdecode.sampling.params import SamplingParams
 from specdecode.proposers.suffix_index import SuffixIndex
@@ -94,12 +95,12 @@ def test_a_sequence_longer_than_the_bound_keeps_its_end():
 def test_proposes_from_the_request_itself_and_bands_by_match_length():
     p = SuffixProposer(memory_tokens=0)
     r = row([1, 2, 3, 4, 5, 9, 1, 2, 3, 4])
-    assert p.propose([r], [3])[0].tokens == [5, 9, 1]
+    assert p.propose([r], [Plan(3)])[0].tokens == [5, 9, 1]
     assert p.reach(r, 3) == {**{s: 0 for s in p.sources}, "suffix4": 3}
     assert [band(n) for n in (1, 2, 3, 4, 15, 16, 40)] == ["suffix1", "suffix2", "suffix2", "suffix4", "suffix8",
                                                             "suffix16", "suffix16"]
     r.context += [5]  # the row's index follows its context
-    assert p.propose([r], [2])[0].tokens == [9, 1]
+    assert p.propose([r], [Plan(2)])[0].tokens == [9, 1]
 
 
 def test_memory_is_shared_across_requests_and_kept_per_tenant():
@@ -107,31 +108,31 @@ def test_memory_is_shared_across_requests_and_kept_per_tenant():
     first = row([7, 7, 1, 2] + [10, 11, 12, 13, 14], prompt_len=4, id=1)
     p.leave([first])  # finished: its output (after its prompt's end) is remembered
     again = row([8, 8, 1, 2], id=2)
-    assert p.propose([again], [4])[0].tokens == [10, 11]  # factor 1 x a two-token match
+    assert p.propose([again], [Plan(4)])[0].tokens == [10, 11]  # factor 1 x a two-token match
     again.context += [10, 11]
-    assert p.propose([again], [4])[0].tokens == [12, 13, 14]
+    assert p.propose([again], [Plan(4)])[0].tokens == [12, 13, 14]
     assert p.counters["memory_hits"] == 2
     other = row([8, 8, 1, 2], id=3, tenant="b")
-    assert p.propose([other], [4])[0].tokens == []  # another tenant's memory is its own
+    assert p.propose([other], [Plan(4)])[0].tokens == []  # another tenant's memory is its own
     private = row([8, 8, 1, 2], id=5, remember=False)
-    assert p.propose([private], [4])[0].tokens == []
+    assert p.propose([private], [Plan(4)])[0].tokens == []
     p.leave([row([9, 1, 2, 77, 78, 79], prompt_len=3, id=6, remember=False)])
-    assert p.propose([row([1, 2], id=7)], [4])[0].tokens == [10, 11]  # and leaves nothing behind
+    assert p.propose([row([1, 2], id=7)], [Plan(4)])[0].tokens == [10, 11]  # and leaves nothing behind
     off = SuffixProposer(memory_tokens=0)
     off.leave([first])
-    assert off.propose([row([8, 8, 1, 2], id=4)], [4])[0].tokens == [] and off.memory_size == 0
+    assert off.propose([row([8, 8, 1, 2], id=4)], [Plan(4)])[0].tokens == [] and off.memory_size == 0
 
 
 def test_a_tree_holds_the_continuations_of_both_the_request_and_the_memory():
     p = SuffixProposer(memory_tokens=1000, factor=2)
     p.leave([row([7, 1, 2, 3, 20, 21], prompt_len=1, id=1)])  # remembered: 1 2 3 -> 20 21
     r = row([1, 2, 3, 30, 31, 5, 1, 2, 3], id=2)  # its own: 1 2 3 -> 30 31
-    chain = p.propose([r], [2])[0]
-    tree = p.propose([r], [2], nodes=[8])[0]
+    chain = p.propose([r], [Plan(2)])[0]
+    tree = p.propose([r], [Plan(2, nodes=8)])[0]
     assert tree.parents is not None and tree.tokens[:2] == chain.tokens  # the lookup's chain first
     assert {20, 30} <= set(tree.tokens[i] for i, parent in enumerate(tree.parents) if parent < 0)
     private = row(r.context, id=3, remember=False)
-    assert p.propose([private], [2], nodes=[8])[0].parents is None  # without the memory: one path
+    assert p.propose([private], [Plan(2, nodes=8)])[0].parents is None  # without the memory: one path
 
 
 def test_bad_settings_are_refused():

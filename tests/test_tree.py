@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import tiny
+from specdecode.policy.knobs import TreeKnobs
 import toy
 from specdecode.checks.goodness import one_sample
 from specdecode.engine.request import Request
@@ -239,7 +240,10 @@ def test_control_engine_tree_with_residual_from_p_is_rejected(near_draft_gen, ta
 def test_greedy_tree_output_equals_plain(near_draft_gen, proposer, monkeypatch):
     # The tiny draft's distributions are flat: let it branch wherever it has a second choice, and
     # keep every branch whatever this machine's measured costs say.
-    monkeypatch.setattr("specdecode.proposers.draft.BRANCH_ABOVE", 0.0)
+    for p in near_draft_gen.proposers.values():
+        for drafter in (p, getattr(p, "draft", None)):
+            if hasattr(drafter, "tree"):
+                monkeypatch.setattr(drafter, "tree", TreeKnobs(branch_above=0.0))
     prompt = [5, 6, 7, 8, 5, 6, 7, 9, 5, 6, 7, 8, 5, 6, 9, 9, 5, 6]
     greedy = SamplingParams(max_new_tokens=40, temperature=0.0)
     plain = near_draft_gen.generate(prompt, greedy, k=0, chat=False).token_ids

@@ -57,6 +57,9 @@ def _fmt(v, spec=".2f", scale=1.0, suffix=""):
 
 def markdown(records: list[dict], env: dict, config: dict, skipped: dict[str, str], plots: list[Path]) -> str:
     lines = ["# specdecode bench report", ""]
+    if config.get("interrupted"):
+        lines += [f"**Interrupted**: {config['runs_finished']} of {config['runs_planned']} runs, the prompts every "
+                  f"method finished.", ""]
     lines += ["## Environment", "", "| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in env.items()]
     lines += ["", "## Configuration", "", "| | |", "|---|---|"]

@@ -50,9 +50,13 @@ def run_grid(
     tokenizer,
     config: BenchConfig,
     progress: Callable[[str], None] | None = None,
+    runs: list[dict] | None = None,
+    on_run: Callable[[dict], None] | None = None,
 ) -> list[dict]:
-    """Every run as one record (per prompt, turn, temperature, method, k and repeat)."""
-    runs: list[dict] = []
+    """Every run as one record (per prompt, turn, temperature, method, k and repeat), appended to
+    `runs` as it finishes and handed to on_run (the CLI writes each to runs.jsonl at once, so an
+    interrupted bench keeps what it measured)."""
+    runs = [] if runs is None else runs
     points = grid.points(config.k_values)
     for repeat in range(config.repeats):
         for prompt in prompts:
@@ -68,6 +72,8 @@ def run_grid(
                     for method, k in points:
                         run = method.run(prompt_ids, params, k)
                         runs.append(run_record(method, k, temperature, prompt, turn_index, repeat, prompt_ids, run))
+                        if on_run:
+                            on_run(runs[-1])
                         if first_answer is None:
                             first_answer = run.token_ids
                         if progress:
@@ -113,6 +119,16 @@ def run_record(method: Method, k, temperature, prompt: Prompt, turn, repeat, pro
         "cuda_peak_bytes": run.cuda_peak_bytes,
         "token_ids": run.token_ids,
     }
+
+
+def complete_groups(runs: list[dict], points: int) -> list[dict]:
+    """The runs of every (repeat, prompt, temperature, turn) that all `points` methods finished: an
+    interrupted bench compares methods on the same prompts only."""
+    key = lambda r: (r["repeat"], r["prompt_id"], r["temperature"], r["turn"])  # noqa: E731
+    counts: dict[tuple, int] = {}
+    for r in runs:
+        counts[key(r)] = counts.get(key(r), 0) + 1
+    return [r for r in runs if counts[key(r)] == points]
 
 
 def aggregate(runs: list[dict]) -> list[dict]:

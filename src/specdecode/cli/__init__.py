@@ -1,4 +1,4 @@
-"""Command-line interface: `specdecode generate | verify | bench | tune | plan | serve | demo | models`.
+"""Command-line interface: `specdecode generate | verify | bench | profile | tune | plan | serve | demo | models`.
 
 The commands map flags to calls and render the results; what they run lives in the library
 (engine, bench, tune, plan, verify, server). This package holds the app and the flags they share;
@@ -157,4 +157,4 @@ if __name__ == "__main__":
 
 
 # The commands register themselves on `app`.
-from . import advise, bench, run, serve  # noqa: E402,F401
+from . import advise, bench, profile, run, serve  # noqa: E402,F401

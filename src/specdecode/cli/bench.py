@@ -78,6 +78,7 @@ def bench(
     if endpoint:
         return bench_endpoint(endpoint[0], workload, categories, limit, concurrency, requests, request_rate,
                               max_new_tokens, temperature, model, api, tokenizer_spec, seed, out_dir, ignore_eos)
+    import json
     from pathlib import Path
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
@@ -86,7 +87,7 @@ def bench(
     from ..models.backends.hf import parse_dtype
     from ..bench.methods import ALL_METHODS, EngineMethod, make_method
     from ..bench.report import environment, write_outputs
-    from ..bench.runner import BenchConfig, Grid, aggregate, run_grid
+    from ..bench.runner import BenchConfig, Grid, aggregate, complete_groups, run_grid
     from ..bench.workloads import length_sweep, load_workload
     from ..models.device import resolve_device
     from ..models.draft_choice import AUTO
@@ -220,10 +221,25 @@ def bench(
         1 if turns == "first" else max(len(p.turns) for p in prompts))
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("ETA"), TimeRemainingColumn()]
-    with Progress(*columns, console=err) as progress:
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    runs: list[dict] = []
+    interrupted = False
+    with open(Path(out_dir) / "runs.jsonl", "w") as log, Progress(*columns, console=err) as progress:
         task = progress.add_task("bench", total=total)
-        runs = run_grid(grid, prompts, tokenizer, config,
-                        progress=lambda label: progress.update(task, advance=1, description=label))
+
+        def keep(run: dict) -> None:
+            log.write(json.dumps(run) + "\n")
+            log.flush()
+
+        try:
+            run_grid(grid, prompts, tokenizer, config,
+                     progress=lambda label: progress.update(task, advance=1, description=label), runs=runs, on_run=keep)
+        except KeyboardInterrupt:
+            # Stopped by hand: report the runs that finished (every method of a prompt runs before
+            # the next prompt, so the ratios compare like with like up to the last prompt).
+            interrupted = True
+            runs[:] = complete_groups(runs, len(grid.points(k_values)))
+            err.print(f"interrupted: reporting the {len(runs)} of {total} runs whose prompt every method finished")
     records = aggregate(runs)
     env = environment(resolved_dtype, resolved_draft, target, draft)
     env["device"] = resolved_device
@@ -235,7 +251,8 @@ def bench(
     cfg = {"workload": prompt_lengths and f"prompt lengths {prompt_lengths}" or workload, "categories": categories,
            "limit": limit, "turns": turns, "methods": method_names, "k": k_values, "temperature": temps, "tree": trees,
            "max_new_tokens": max_new_tokens, "repeats": repeats, "seed": seed, "concurrency": 1,
-           "prompts": len(prompts), "draft_context": window, "json_schema": json_schema}
+           "prompts": len(prompts), "draft_context": window, "json_schema": json_schema,
+           "runs_finished": len(runs), "runs_planned": total, "interrupted": interrupted}
     write_outputs(Path(out_dir), records, runs, env, cfg, grid.skipped)
     table = Table("method", "k", "T", "tok/s", "speedup", "acceptance", "mean acc.", "TTFT ms", "ITL p50 ms")
     for r in records:

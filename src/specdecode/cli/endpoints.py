@@ -184,8 +184,11 @@ def tune_endpoint(endpoint: str, workload: str, categories: str | None, limit: i
     engine, version = before.engine, tuning.version_of(base)
     for row in rows:
         row["flag"] = tuning.flag(engine, version, row["k"])
+    # Without a measured curve every width is priced as one token's pass (what a GPU server under
+    # light load is close to; a CPU server's widths cost more): the report says which it used.
+    verify_curve = "measured (--cost-curve)" if cost_curve else "assumed flat: every width costs a one-token pass"
     report = {"endpoint": base, "model": model, "engine": engine, "version": version, "levels": rows,
-              "verify_s": verify, "draft_token_s": draft_s}
+              "verify_s": verify, "verify_curve": verify_curve, "draft_token_s": draft_s}
     if as_json:
         print(json.dumps(report))
         return
@@ -197,6 +200,9 @@ def tune_endpoint(endpoint: str, workload: str, categories: str | None, limit: i
                       str(row["k"]), f"{row['speedup']:.2f}x", row["flag"])
     out.print(table)
     out.print("k above the server's own cannot be priced: its counters say nothing past it", highlight=False)
+    if not cost_curve:
+        out.print(f"verify cost {verify_curve} (--draft-cost alone); on a CPU, or a GPU near its compute limit, "
+                  "give --cost-curve FILE with the server's measured widths", highlight=False)
 
 
 def bench_endpoint(endpoint, workload, categories, limit, concurrency, requests, request_rate, max_new_tokens,

@@ -76,7 +76,6 @@ class Request:
     matcher: Grammar | None = None
     penalties: PenaltyCounts | None = None
     token_logprobs: list = field(default_factory=list)  # logprobs.TokenLogprob per emitted token
-    pending_logprobs: list = field(default_factory=list, repr=False)  # this pass's, before the stop rules
     _noise: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)
 
     def check(self, max_context: int, grammars: Callable | None = None) -> None:
@@ -157,11 +156,11 @@ class Request:
 
         self.stream = TextStream(tokenizer, params.stop, on_token)
 
-    def commit(self, tokens: list[int], max_context: int) -> tuple[list[int], bool]:
-        """Emit a verified block token by token, up to the first stop: (tokens emitted, finished)."""
+    def commit(self, tokens: list[int], max_context: int, logprobs: list | None = None) -> tuple[list[int], bool]:
+        """Emit a verified block token by token, up to the first stop: (tokens emitted, finished);
+        `logprobs`: each token's entry, kept for the tokens emitted."""
         for position in [p for p in self._noise if p < len(self.context) + len(tokens)]:
             del self._noise[position]  # positions now emitted are never drawn again
-        logprobs, self.pending_logprobs = self.pending_logprobs, []
         for n, token in enumerate(tokens, 1):
             if logprobs:
                 self.token_logprobs.append(logprobs[n - 1])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -14,6 +15,25 @@ class StepRecord:
     drafted: int
     accepted: int
     emitted: int
+    # Seconds of each stage of the step this pass belonged to (plan, propose, score, verify, learn),
+    # shared by the rows of the batch; `specdecode profile` reads them.
+    stages: dict[str, float] = field(default_factory=dict)
+
+
+class StageClock:
+    """Seconds between laps, by stage name: the engine times its step's stages with it."""
+
+    def __init__(self):
+        self.stages: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.stages[stage] = now - self._last
+        self._last = now
+
+    def sum(self, *stages: str) -> float:
+        return sum(self.stages[s] for s in stages)
 
 
 @dataclass
@@ -87,6 +107,14 @@ class GenerationStats:
             first = next(i for i, parent in enumerate(parents) if parent == parents[node])
             t["first_candidate" if first == node else "other_candidate"] += 1
 
+    def stage_seconds(self) -> dict[str, float]:
+        """Each step stage's seconds summed over this request's passes (StepRecord.stages)."""
+        total: dict[str, float] = {}
+        for step in self.steps:
+            for stage, seconds in step.stages.items():
+                total[stage] = total.get(stage, 0.0) + seconds
+        return total
+
     def as_dict(self) -> dict:
         decode_s = self.total_s - self.ttft_s
         return {
@@ -112,6 +140,7 @@ class GenerationStats:
             "draft_s": self.draft_s,
             "verify_s": self.verify_s,
             "other_s": max(0.0, self.total_s - self.prefill_s - self.draft_s - self.verify_s),
+            "stage_s": self.stage_seconds(),
             "total_s": self.total_s,
             "finish_reason": self.finish_reason,
             "steps": [[round(s.end_s, 6), s.drafted, s.accepted, s.emitted] for s in self.steps],

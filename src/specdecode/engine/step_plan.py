@@ -7,28 +7,17 @@ every row's k by what pays for the whole batch, the identity at one row.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..policy.costs import pass_seconds
+from ..policy.knobs import LoadCapKnobs
 from ..policy.load_cap import LoadPolicy, RowPlan
+from ..proposers.base import Plan
 
-# Under a load-policy probe, rows whose draft model is further behind than this draft nothing: a
-# probe measures acceptance, and that is not worth a draft model's catch-up.
-PROBE_BEHIND = 2
-# A row alone weighs a draft model's catch-up against what drafting saves over at most this many of
-# its remaining tokens (max_new_tokens is an upper bound: a request may stop much earlier).
-HORIZON = 256
+def plan_rows(rows, proposers: dict, policy: LoadPolicy, costs, k_max: int, limit: int,
+              knobs: LoadCapKnobs = LoadCapKnobs()) -> tuple[list[Plan], bool]:
+    """(a plan per row, whether any row wanted to draft); costs None: k="auto" without its cost rule.
 
-
-@dataclass
-class Plan:
-    source: str | None  # k="auto": the source that drafts this pass
-    k: int
-    nodes: int = 0  # a tree's node budget this pass (0: a chain of k)
-
-
-def plan_rows(rows, proposers: dict, policy: LoadPolicy, costs, k_max: int, limit: int) -> tuple[list[Plan], bool]:
-    """(a plan per row, whether any row wanted to draft); costs None: k="auto" without its cost rule."""
+    Under a load-policy probe, rows whose draft model is further behind than knobs.probe_max_behind
+    draft nothing: a probe measures acceptance, and that is not worth a draft model's catch-up."""
     plans, wants = [], []
     for r in rows:
         proposer = proposers[r.proposer]
@@ -45,28 +34,32 @@ def plan_rows(rows, proposers: dict, policy: LoadPolicy, costs, k_max: int, limi
                 # A hybrid row asks its lookup first: the model drafts only where it has nothing.
                 model = model and not any(n for name, n in reach.items() if name != "draft")
             acceptance = r.acceptance
-        plans.append(Plan(source, min(k, r.room(limit))))
+        plans.append(Plan(min(k, r.room(limit)), source,
+                          min_confidence=r.auto.min_confidence if r.auto is not None else 0.0))
         wants.append(RowPlan(plans[-1].k, acceptance, model, proposer.behind(r) if model and k else 0))
     cap = policy.cap(wants)
     for r, plan, want in zip(rows, plans, wants):
         wanted = plan.k
-        plan.k = 0 if policy.probing and want.behind > PROBE_BEHIND else min(plan.k, cap)
+        plan.k = 0 if policy.probing and want.behind > knobs.probe_max_behind else min(plan.k, cap)
         # A tree is k levels deep; where the load cap cut k its budget shrinks in proportion.
         if r.tree and plan.k:
             plan.nodes = max(plan.k, -(-r.tree * plan.k // max(wanted, 1)))
     alone = rows[0]
-    if len(rows) == 1 and alone.auto is not None and costs is not None and wants[0].behind > PROBE_BEHIND \
+    if len(rows) == 1 and alone.auto is not None and costs is not None and wants[0].behind > knobs.probe_max_behind \
             and plans[0].k:
-        if not catch_up_pays(costs, wants[0], plans[0].k, alone.params.max_new_tokens - len(alone.generated)):
+        remaining = alone.params.max_new_tokens - len(alone.generated)
+        if not catch_up_pays(costs, wants[0], plans[0].k, remaining, knobs.catch_up_horizon):
             plans[0].k = plans[0].nodes = 0
     return plans, any(w.wanted for w in wants)
 
 
-def catch_up_pays(costs, want: RowPlan, k: int, remaining: int) -> bool:
+def catch_up_pays(costs, want: RowPlan, k: int, remaining: int,
+                  horizon: int = LoadCapKnobs.catch_up_horizon) -> bool:
     """A k="auto" row alone (a fixed k is drafted as asked), whose draft model must first process
     `want.behind` tokens (it has not drafted for a while, or never): draft only if the time
-    speculation saves per token, times the tokens left (at most HORIZON), exceeds the catch-up.
-    Over several rows the load policy prices it."""
+    speculation saves per token, times the tokens left (at most `horizon`: max_new_tokens bounds
+    them from above, and a request may stop much earlier), exceeds the catch-up. Over several rows the load
+    policy prices it."""
     if not costs.verify.points or not costs.catch_up:
         return True
     # Per token, at the costs k="auto"'s own rule uses: a probe (k = 1 where no k pays) saves nothing,
@@ -74,4 +67,4 @@ def catch_up_pays(costs, want: RowPlan, k: int, remaining: int) -> bool:
     draft_token_s = costs.per_draft.get("draft", costs.draft_step(1))
     plain = pass_seconds(costs.verify, draft_token_s, 0)
     spec = pass_seconds(costs.verify, draft_token_s, k) / want.acceptance.expected_tokens(k)
-    return (plain - spec) * min(remaining, HORIZON) > costs.catch_up_seconds(want.behind)
+    return (plain - spec) * min(remaining, horizon) > costs.catch_up_seconds(want.behind)

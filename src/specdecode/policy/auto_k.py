@@ -29,16 +29,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .costs import AcceptanceTracker, CostCurve, PassCosts, best_k, pass_seconds
+from .knobs import AutoKKnobs
 
 
 @dataclass
 class AdaptiveK:
     """One source's rule: its acceptance by position, the controller's allowance, and the cost rule."""
 
-    k_max: int = 8
-    k: int = 4  # the controller's current allowance
+    k_max: int = AutoKKnobs.k_max
+    k: int = AutoKKnobs.k_start  # the controller's current allowance
     k_min: int = 1
-    min_confidence: float = 0.4
+    min_confidence: float = AutoKKnobs.min_confidence
+    grow: int = AutoKKnobs.grow_after_full_block
+    shrink: int = AutoKKnobs.shrink_after_rejection
     # Speculate only when the best k beats plain decoding by this fraction. None by default: for
     # one request a wrong "on" and a wrong "off" cost alike, and a margin turns a draft that pays
     # little off after every unlucky run of rejections (docs/choosing-k.md).
@@ -59,9 +62,9 @@ class AdaptiveK:
         if accepted == drafted:
             # Only a block that used the whole allowance says the allowance was too small.
             if drafted >= self.k:
-                self.k = min(self.k_max, self.k + 2)
+                self.k = min(self.k_max, self.k + self.grow)
         else:
-            self.k = max(self.k_min, self.k - 1)
+            self.k = max(self.k_min, self.k - self.shrink)
 
     def best(self, draft_token_s: float, verify: CostCurve, acceptance: AcceptanceTracker,
              k_max: int | None = None) -> tuple[int, float]:
@@ -88,7 +91,7 @@ class SourceChoice:
     """
 
     rules: dict[str, AdaptiveK]
-    probe_every: int = 16
+    probe_every: int = AutoKKnobs.probe_every_off_passes
     off_streak: int = 0
     probes: int = 0
 

@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from .knobs import AcceptanceKnobs
+
 
 def ema(old: float | None, new: float, smoothing: float) -> float:
     """Exponential moving average of measured costs; the first measurement is taken as it is."""
@@ -147,7 +149,8 @@ class AcceptanceTracker:
     they follow the text as it changes; a position decays only when it is judged, so positions a
     row seldom reaches keep what is known of them (the prior: the proposer's pooled acceptance)."""
 
-    def __init__(self, prior: float | Sequence[float] = 0.5, weight: float = 4.0, decay: float = 0.9,
+    def __init__(self, prior: float | Sequence[float] = AcceptanceKnobs.prior, weight: float = AcceptanceKnobs.prior_weight,
+                 decay: float = AcceptanceKnobs.row_decay,
                  positions: int = 32):
         self.accepted = np.broadcast_to(np.asarray(prior, dtype=float), (positions,)) * weight
         self.judged = np.full(positions, float(weight))

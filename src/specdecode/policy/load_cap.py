@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .costs import AcceptanceTracker, PassCosts, best_k
+from .knobs import LoadCapKnobs
 
 
 @dataclass
@@ -26,20 +27,21 @@ class RowPlan:
 
 
 class LoadPolicy:
-    def __init__(self, costs: PassCosts, enabled: bool = True, probe_every: int = 32, margin: float = 0.15):
+    def __init__(self, costs: PassCosts, enabled: bool = True, knobs: LoadCapKnobs = LoadCapKnobs()):
         self.costs = costs
         self.enabled = enabled
         # Over several rows speculate only when the best cap beats plain decoding by this fraction:
         # a step speculates when the rows' recent acceptance is high, which is partly luck that does
         # not carry into the next block (the optimiser's curse); see docs/choosing-k.md.
-        self.margin = margin
+        self.margin = knobs.margin
         self.last_cap: int | None = None
         # While speculation is off nothing measures acceptance; after probe_every such steps one
         # step drafts a token so that a change in the traffic is noticed. A probe is not free (a
         # draft model first catches up on everything it missed), so each probe that does not turn
-        # speculation back on doubles the wait, up to 16 times probe_every.
-        self.probe_every = probe_every
-        self.wait = probe_every
+        # speculation back on doubles the wait, up to knobs.probe_wait_growth_limit times probe_every.
+        self.probe_every = knobs.probe_every_off_steps
+        self.wait_limit = knobs.probe_wait_growth_limit * self.probe_every
+        self.wait = self.probe_every
         self.off_streak = 0
         self.probing = False  # the last cap was a probe: only rows that need no catch-up take it
 
@@ -58,7 +60,7 @@ class LoadPolicy:
             self.off_streak += 1
             if self.probe_every and self.off_streak >= self.wait:
                 best, self.off_streak, self.probing = 1, 0, True
-                self.wait = min(2 * self.wait, 16 * self.probe_every)
+                self.wait = min(2 * self.wait, self.wait_limit)
         self.last_cap = best
         return best
 

@@ -36,6 +36,18 @@ class Row(Protocol):
 
 
 @dataclass
+class Plan:
+    """What the step asks of a row's proposer for one pass (engine/step_plan.py decides it)."""
+
+    k: int  # at most this many tokens; a tree at most this many levels deep
+    source: str | None = None  # k="auto": the source that drafts this pass (None: the proposer's choice)
+    nodes: int = 0  # a tree's node budget (0: a chain of k)
+    # A draft model drafts no further after a position where its top probability is below this
+    # (k="auto" rows; proposers.draft.next_draft).
+    min_confidence: float = 0.0
+
+
+@dataclass
 class Proposal:
     tokens: list[int]  # at most k drafted tokens (possibly none)
     # The distributions the tokens were sampled from, [len(tokens), V_target] float32, or None when
@@ -67,6 +79,13 @@ class Proposal:
     def levels(self) -> int:
         """Draft positions the proposal covers: a chain's length, a tree's depth."""
         return len(self.tokens) if self.parents is None else max(depths(self.parents), default=-1) + 1
+
+    def feed_parents(self) -> list[int]:
+        """Each fed position's parent in the target pass: the row's last context token first (the
+        root, -1), then the drafts, whose indices move up by one behind it."""
+        if self.parents is None:
+            return list(range(-1, len(self.tokens)))
+        return [-1] + [p + 1 for p in self.parents]
 
     @property
     def caught_up(self) -> bool:
@@ -108,11 +127,10 @@ class Proposer(Protocol):
         """Context tokens a draft model must process before it drafts for this row (its prefill of a
         row it has not seen, or what it missed while the row was not drafting); 0 for lookups."""
 
-    def propose(self, rows: list[Row], ks: list[int], sources: list[str | None],
-                min_confidence: list[float], nodes: list[int] | None = None) -> list[Proposal]:
-        """Up to ks[i] tokens following rows[i].context, from sources[i] (None: the proposer's own
-        choice); with nodes[i] > 0 a tree of at most that many nodes and ks[i] levels may come back
-        (a proposer that cannot branch returns its chain)."""
+    def propose(self, rows: list[Row], plans: list[Plan]) -> list[Proposal]:
+        """Up to plans[i].k tokens following rows[i].context, from plans[i].source; with
+        plans[i].nodes > 0 a tree of at most that many nodes and k levels may come back (a proposer
+        that cannot branch returns its chain)."""
 
 
 class Stateless:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from ..models.backends.base import Runner
+from ..policy.knobs import TreeKnobs
 from ..verification.invariant import gumbel_argmax
 from ..sampling.params import SamplingParams, pad_vocab, probs_from_logits, sample_from
 from .base import Proposal
@@ -35,11 +36,13 @@ class DraftModelProposer:
     sources = ("draft",)
     uses_draft_model = True
 
-    def __init__(self, runner: Runner, target_vocab: int, context_window: int | None = None):
+    def __init__(self, runner: Runner, target_vocab: int, context_window: int | None = None,
+                 tree: TreeKnobs = TreeKnobs()):
         if runner.vocab_size > target_vocab:
             raise ValueError(f"draft vocabulary {runner.vocab_size} is larger than the target's {target_vocab}")
         check_context_window(context_window)
         self.runner = runner
+        self.tree = tree  # where a tree's draft branches
         self.target_vocab = target_vocab
         self.context_window = context_window or None
         self.order: list[int] = []  # request ids in the draft runner's row order
@@ -90,12 +93,10 @@ class DraftModelProposer:
 
     # -- drafting --------------------------------------------------------------------------------
 
-    def propose(self, rows, ks, sources=None, min_confidence=None, nodes=None) -> list[Proposal]:
-        confidence = min_confidence or [0.0] * len(rows)
-        nodes = nodes or [0] * len(rows)
+    def propose(self, rows, plans) -> list[Proposal]:
         branches: dict[int, list[tuple[int, int, float]]] = {}  # row -> (depth, token, share)
         out = [Proposal(tokens=[]) for _ in rows]
-        active = [i for i, k in enumerate(ks) if k > 0]
+        active = [i for i, plan in enumerate(plans) if plan.k > 0]
         if not active:
             return out
         fresh = [rows[i] for i in active if rows[i].id not in self.state]
@@ -123,7 +124,7 @@ class DraftModelProposer:
             # A row prefilled just now fed its whole window: the pass timed a catch-up.
             out[i].fed = len(window) if row.id in started else len(feeds[b])
             out[i].source = "draft"
-            goal[b] = (i, ks[i])
+            goal[b] = (i, plans[i].k)
         self.runner.rollback(drop)
         probs: dict[int, list[torch.Tensor]] = {i: [] for i in active}
         while any(feeds):
@@ -135,9 +136,10 @@ class DraftModelProposer:
                 state.cached.extend(feeds[b])
                 noise = row.noise(len(row.context) + len(out[i].tokens)) if row.invariant else None
                 shaped = self._shape(row, logits[b][-1], out[i].tokens)
-                token, q, sure = next_draft(shaped, row.params, row.generator, self.target_vocab, confidence[i], noise)
-                for alternative in next_choices(shaped, q, token):
-                    if nodes[i] > k + len(branches.get(i, ())):
+                token, q, sure = next_draft(shaped, row.params, row.generator, self.target_vocab, plans[i].min_confidence,
+                                             noise)
+                for alternative in next_choices(shaped, q, token, self.tree):
+                    if plans[i].nodes > k + len(branches.get(i, ())):
                         branches.setdefault(i, []).append((len(out[i].tokens), *alternative))
                 out[i].tokens.append(token)
                 if q is not None:
@@ -196,26 +198,21 @@ def next_draft(logits: torch.Tensor, params: SamplingParams, generator: torch.Ge
     return token, q, sure
 
 
-# The draft branches where it is unsure: its next choices become siblings of the drafted token
-# where the drafted token has less than BRANCH_BELOW of the draft's mass, at most BRANCHES of them,
-# each with at least BRANCH_ABOVE (a sibling the draft gives almost nothing is almost never what the
-# target picks). Which of them are scored is the cost rule's call (tree.trim).
-BRANCH_BELOW = 0.95
-BRANCH_ABOVE = 0.02
-BRANCHES = 2
-
-
-def next_choices(logits: torch.Tensor, q: torch.Tensor | None, token: int) -> list[tuple[int, float]]:
+def next_choices(logits: torch.Tensor, q: torch.Tensor | None, token: int,
+                 knobs: TreeKnobs = TreeKnobs()) -> list[tuple[int, float]]:
     """(token, its share) of the draft's most likely tokens other than the drafted one, where the
-    draft is unsure; [] where it is sure. The choice depends only on the draft's distribution and
-    the drafted token, so as deterministic candidates tried after it the walk stays exact."""
+    draft is unsure (the drafted token has less than knobs.branch_below of its mass); [] where it is
+    sure. A sibling the draft gives almost nothing (below knobs.branch_above) is almost never what
+    the target picks. Which of them are scored is the cost rule's call (tree.trim). The choice
+    depends only on the draft's distribution and the drafted token, so as deterministic candidates
+    tried after it the walk stays exact."""
     dist = q if q is not None else torch.softmax(logits.float(), -1)
-    if float(dist[token]) >= BRANCH_BELOW:
+    if float(dist[token]) >= knobs.branch_below:
         return []
     rest = dist.clone()
     rest[token] = -1.0
-    shares, tokens = rest.topk(BRANCHES)
-    return [(int(t), float(s)) for t, s in zip(tokens, shares) if float(s) >= BRANCH_ABOVE]
+    shares, tokens = rest.topk(knobs.branches)
+    return [(int(t), float(s)) for t, s in zip(tokens, shares) if float(s) >= knobs.branch_above]
 
 
 def add_branches(proposal: Proposal, branches: list[tuple[int, int, float]], vocab: int) -> None:

@@ -14,6 +14,8 @@ for the lookup, the draft's distributions for the model).
 
 from __future__ import annotations
 
+import dataclasses
+
 from .base import Proposal, Proposer
 from .draft import DraftModelProposer
 
@@ -47,20 +49,17 @@ class HybridProposer:
         """How many tokens each source could draft now: the lookup's match, the model's k."""
         return {**self.lookup.reach(row, k), "draft": k}
 
-    def propose(self, rows, ks, sources, min_confidence, nodes=None) -> list[Proposal]:
+    def propose(self, rows, plans) -> list[Proposal]:
         """Each row's tree (nodes > 0) comes from the source that drafts it: the lookup's trie of
         its matches where it has one, the draft model's branches elsewhere."""
-        nodes = nodes or [0] * len(rows)
         out: list[Proposal | None] = [None] * len(rows)
-        asked = [i for i, source in enumerate(sources) if source != "draft"]
-        found = self.lookup.propose([rows[i] for i in asked], [ks[i] for i in asked], [sources[i] for i in asked],
-                                    [min_confidence[i] for i in asked], [nodes[i] for i in asked])
+        asked = [i for i, plan in enumerate(plans) if plan.source != "draft"]
+        found = self.lookup.propose([rows[i] for i in asked], [plans[i] for i in asked])
         for i, proposal in zip(asked, found):
-            if proposal.tokens or sources[i] is not None:
+            if proposal.tokens or plans[i].source is not None:
                 out[i] = proposal
         rest = [i for i, p in enumerate(out) if p is None]
-        drafted = self.draft.propose([rows[i] for i in rest], [ks[i] for i in rest], [None] * len(rest),
-                                     [min_confidence[i] for i in rest], [nodes[i] for i in rest])
+        drafted = self.draft.propose([rows[i] for i in rest], [dataclasses.replace(plans[i], source=None) for i in rest])
         for i, proposal in zip(rest, drafted):
             out[i] = proposal
         return out

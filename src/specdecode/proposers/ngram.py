@@ -38,10 +38,9 @@ class NgramProposer(Stateless):
         n, tokens = match(np.asarray(row.context, dtype=np.int64), k, self.max_n, self.min_n)
         return {source: len(tokens) if source == f"ngram{n}" else 0 for source in self.sources}
 
-    def propose(self, rows, ks, sources=None, min_confidence=None, nodes=None) -> list[Proposal]:
-        nodes = nodes or [0] * len(rows)
-        return [self.lookup(row.context, k) if not budget else self.lookup_tree(row.context, k, budget)
-                for row, k, budget in zip(rows, ks, nodes)]
+    def propose(self, rows, plans) -> list[Proposal]:
+        return [self.lookup_tree(row.context, plan.k, plan.nodes) if plan.nodes else self.lookup(row.context, plan.k)
+                for row, plan in zip(rows, plans)]
 
     def lookup_tree(self, context: list[int], k: int, budget: int) -> Proposal:
         """Every earlier occurrence of the longest matching suffix (the latest MAX_OCCURRENCES),

@@ -13,5 +13,5 @@ class NoProposer(Stateless):
     def reach(self, row, k: int) -> dict[str, int]:
         return {"none": 0}
 
-    def propose(self, rows, ks, sources, min_confidence, nodes=None) -> list[Proposal]:
+    def propose(self, rows, plans) -> list[Proposal]:
         return [Proposal(tokens=[]) for _ in rows]

@@ -137,9 +137,10 @@ class SuffixProposer:
             reach[band(match.length)] = len(match.tokens)
         return reach
 
-    def propose(self, rows, ks, sources=None, min_confidence=None, nodes=None) -> list[Proposal]:
+    def propose(self, rows, plans) -> list[Proposal]:
         out = []
-        for row, k, budget in zip(rows, ks, nodes or [0] * len(rows)):
+        for row, plan in zip(rows, plans):
+            k, budget = plan.k, plan.nodes
             match, from_memory = self._lookup(row, k)
             if k > 0:
                 self.counters["lookups"] += 1

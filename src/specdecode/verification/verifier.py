@@ -1,7 +1,9 @@
 """Verification: from the target's logits over a row's last token and its drafts to what it emits.
 
-Three rules: the standard rejection step over a chain (TokenVerifier, token by token or the block
-rule), the drafter-invariant one (InvariantVerifier, verification/invariant.py), chosen per request, and the
+`Verifier` is the engine's one verification stage, built from its config; `verify(row, logits,
+proposal)` picks the row's rule and returns a `Verdict` (tokens, logprobs, acceptance stats). The
+rules: the standard rejection step over a chain (TokenVerifier, token by token or the block rule),
+the drafter-invariant one (InvariantVerifier, verification/invariant.py), chosen per request, and the
 multi-candidate walk over a tree of drafts (TreeVerifier, verification/tree.py).
 
 The rule is `rejection.rejection_sample` (exact: the emitted tokens follow the target's p); the
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from ..proposers.base import Proposal
+from .block import block_rejection_sample
 from .invariant import gumbel_argmax
 from .logprobs import logprob_rows, pick
 from .rejection import rejection_sample
@@ -34,6 +37,16 @@ class Verdict:
     # stats.GenerationStats.expected_per_position).
     chances: list[float]
     path: list[int] | None = None  # a tree's accepted nodes, root to leaf (None: a chain's prefix)
+    # Each emitted token's logprob entry (verification/logprobs.py), for a row that asked for them.
+    logprobs: list | None = None
+
+    def kept_rows(self) -> list[int]:
+        """The pass's rows on the kept path: row 0 (the row's last context token, the root), then the
+        accepted drafts' (draft i is row i + 1). The emitted tokens were drawn at these rows, and the
+        target's cache keeps exactly these positions."""
+        if self.path is not None:
+            return [0] + [i + 1 for i in self.path]
+        return list(range(self.accepted + 1))
 
 
 class TokenVerifier:
@@ -105,26 +118,36 @@ class TreeVerifier:
         return Verdict(tokens, len(path), [], path)
 
 
-def verify_row(r, logits: torch.Tensor, proposal: Proposal, verifier: TokenVerifier,
-               invariant: InvariantVerifier, tree: TreeVerifier) -> Verdict:
-    """One row of a pass: its penalties, bias and grammar shape every position first, by the text
-    before it (as the draft's q was shaped: request.Request.shape; a tree's nodes by their own
-    paths); then the tree walk, the drafter-invariant rule with the noise of its positions, or the
-    token-level / block rejection step with the row's own generator; the emitted tokens' logprobs
-    are read from the same rows (verification/logprobs.py)."""
-    raw = logits[: len(proposal.tokens) + 1]
-    shaped = r.shape(raw, proposal.tokens, proposal.parents)
-    start = len(r.context)
-    noise = (lambda i: r.noise(start + i)) if r.invariant else None
-    if proposal.parents is not None:
-        verdict = tree(shaped, proposal, r.params, r.generator, noise)
-    elif noise is not None:
-        verdict = invariant(shaped, proposal, r.params, noise)
-    else:
-        verdict = verifier(shaped, proposal, r.params, r.generator)
-    if r.logprobs is not None:
-        # The rows the emitted tokens were drawn at: the root's, then each accepted draft's.
-        rows = [0] + [i + 1 for i in verdict.path] if verdict.path is not None else list(range(len(verdict.tokens)))
-        r.pending_logprobs = pick(logprob_rows(raw[rows], shaped[rows], r.params, r.logprobs_mode),
-                                  verdict.tokens, r.logprobs)
-    return verdict
+class Verifier:
+    """The verification stage: each row's rule on its own shaped logits, with its own generator.
+
+    `reject` is the chain rule (`rejection_sample`; a wrong one only for negative controls, as is a
+    wrong tree `residual`); "block" rows use the block rule, drafter-invariant rows the Gumbel rule,
+    trees the multi-candidate walk."""
+
+    def __init__(self, reject: RejectFn = rejection_sample, residual: Residual = exact_residual):
+        self.chain = {"token": TokenVerifier(reject), "block": TokenVerifier(block_rejection_sample)}
+        self.invariant = InvariantVerifier()
+        self.tree = TreeVerifier(residual)
+
+    def verify(self, r, logits: torch.Tensor, proposal: Proposal) -> Verdict:
+        """One row of a pass: its penalties, bias and grammar shape every position first, by the text
+        before it (as the draft's q was shaped: request.Request.shape; a tree's nodes by their own
+        paths); then the tree walk, the drafter-invariant rule with the noise of its positions, or the
+        token-level / block rejection step with the row's own generator; the emitted tokens' logprobs
+        are read from the same rows (verification/logprobs.py)."""
+        raw = logits[: len(proposal.tokens) + 1]
+        shaped = r.shape(raw, proposal.tokens, proposal.parents)
+        start = len(r.context)
+        noise = (lambda i: r.noise(start + i)) if r.invariant else None
+        if proposal.parents is not None:
+            verdict = self.tree(shaped, proposal, r.params, r.generator, noise)
+        elif noise is not None:
+            verdict = self.invariant(shaped, proposal, r.params, noise)
+        else:
+            verdict = self.chain[r.verifier](shaped, proposal, r.params, r.generator)
+        if r.logprobs is not None:
+            rows = verdict.kept_rows()
+            verdict.logprobs = pick(logprob_rows(raw[rows], shaped[rows], r.params, r.logprobs_mode),
+                                    verdict.tokens, r.logprobs)
+        return verdict
