@@ -48,6 +48,7 @@ def plan(
     """Plan memory, sharding and the speculative speedup for a deployment (a model, not a measurement)."""
     import dataclasses
 
+    from ..advise import handoff, machine
     from ..advise import plan as planner
 
     name = planner.ALIASES.get(gpu.lower(), gpu.lower())
@@ -65,9 +66,9 @@ def plan(
     if measure:
         if name != "cpu":
             raise InvalidParameter("--measure measures this machine: use it with --gpu cpu")
-        bandwidth = bandwidth or planner.measure_bandwidth_gbs(dtype)
-        peak_tflops = peak_tflops or planner.measure_matmul_tflops()
-        overhead_ms = overhead_ms if overhead_ms is not None else planner.measure_layer_overhead_ms(dtype)
+        bandwidth = bandwidth or machine.measure_bandwidth_gbs(dtype)
+        peak_tflops = peak_tflops or machine.measure_matmul_tflops()
+        overhead_ms = overhead_ms if overhead_ms is not None else machine.measure_layer_overhead_ms(dtype)
         import psutil
 
         memory_gb = memory_gb or psutil.virtual_memory().total / 1e9
@@ -97,7 +98,7 @@ def plan(
         if emit not in ("vllm", "sglang"):
             raise InvalidParameter(f"--emit is vllm or sglang, got {emit!r}")
         best_k = result["recommended_k"] or 4
-        make = planner.vllm_command if emit == "vllm" else planner.sglang_command
+        make = handoff.vllm_command if emit == "vllm" else handoff.sglang_command
         print(make(target or f"<target {params:g} params>", draft or "<draft>", proposer, best_k, result["num_gpus"]))
         return
     if as_json:

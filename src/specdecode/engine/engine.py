@@ -23,29 +23,26 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
-from ..policy.auto_k import AdaptiveK, SourceChoice
 from ..models.backends.base import Runner
+from ..policy.auto_k import AdaptiveK, SourceChoice
 from ..policy.calibration import calibrate
 from ..policy.costs import AcceptanceTracker, PassCosts
-from ..sampling.constraints import GrammarCompiler
 from ..policy.load_cap import LoadPolicy
+from ..proposers import Proposal, Proposer
+from ..sampling.constraints import GrammarCompiler
+from ..sampling.params import SamplingParams
+from ..verification.verifier import Verdict, Verifier
 from .config import EngineConfig
 from .drafting import propose
-from .schedule import Scheduler
-from .step_plan import Plan, plan_rows
 from .prompts import Prompt, chat_ids, encode
-from ..proposers import Proposal, Proposer
-from ..verification.rejection import rejection_sample
 from .request import QueueFull, Request, RequestError
-from ..sampling.params import InvalidParameter, SamplingParams
+from .schedule import Scheduler
 from .stats import GenerationOutput, StageClock, StepRecord
+from .step_plan import Plan, plan_rows
 from .textstream import OnToken
-from ..verification.tree import Residual, exact_residual
-from ..verification.verifier import RejectFn, Verdict, Verifier
 
 log = logging.getLogger(__name__)
 
