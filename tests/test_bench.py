@@ -8,6 +8,7 @@ import pytest
 from specdecode import cli
 from specdecode.bench import metrics
 from specdecode.bench.runner import aggregate, complete_groups
+from specdecode.policy.costs import iid_speedup
 from specdecode.bench.workloads import WorkloadError, load_jsonl, load_workload, select
 
 
@@ -26,8 +27,8 @@ def test_percentiles_and_leviathan():
     assert metrics.percentiles([1, 2, 3, 4, 5], [50]) == [3.0]
     assert metrics.percentiles([], [50, 90]) == [None, None]
     # a = 0.8, k = 4, c = 0.1: (1 - 0.8^5) / (0.2 * 1.4) = 0.67232 / 0.28
-    assert metrics.leviathan_speedup(0.8, 4, 0.1) == pytest.approx(0.67232 / 0.28)
-    assert metrics.leviathan_speedup(1.0, 3, 0.0) == 4.0
+    assert iid_speedup(0.8, 4, 0.1) == pytest.approx(0.67232 / 0.28)
+    assert iid_speedup(1.0, 3, 0.0) == 4.0
     assert metrics.expected_tokens_per_pass([0.9, 0.7, 0.4]) == pytest.approx(3.0)
 
 
@@ -70,7 +71,7 @@ def test_aggregate_by_hand():
     assert d["itl_p50_s"] == pytest.approx(0.1)  # ITLs: 0.1, 0.1, 0.2
     # c = (0.1 s / 4 drafted) / (1.0 s / 4 plain passes) = 0.1
     assert d["draft_cost_ratio"] == pytest.approx(0.1)
-    assert d["predicted_speedup"] == pytest.approx(metrics.leviathan_speedup(0.5, 2, 0.1))
+    assert d["predicted_speedup"] == pytest.approx(iid_speedup(0.5, 2, 0.1))
     assert d["greedy_differs_from_plain"] == 1 and d["greedy_first_difference_mean"] == 2
     assert ("draft", "all") in records and records[("plain", "all")]["speedup_vs_plain"] == 1.0
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from ..bench.metrics import leviathan_speedup
+from ..policy.costs import iid_expected_tokens, iid_speedup
 
 GB = 1e9
 
@@ -186,7 +186,7 @@ def plan(inp: PlanInput) -> dict:
         else:
             draft_s = 0.0
         a = inp.acceptance
-        tokens = k + 1 if a >= 1 else (1 - a ** (k + 1)) / (1 - a)
+        tokens = iid_expected_tokens(a, k)
         step = k * draft_s + verify["total_s"]
         itl = step / tokens
         rows.append({
@@ -197,7 +197,7 @@ def plan(inp: PlanInput) -> dict:
             "verify_bound": verify["bound"],
             "itl_s": itl,
             "speedup": plain["total_s"] / itl,
-            "leviathan_speedup": leviathan_speedup(a, k, draft_s / plain["total_s"]),
+            "leviathan_speedup": iid_speedup(a, k, draft_s / plain["total_s"]),
         })
     best = max(rows, key=lambda r: r["speedup"]) if rows else None
     return {

@@ -25,6 +25,7 @@ import torch
 from scipy.optimize import isotonic_regression
 
 from ..engine.engine import Engine
+from ..policy.costs import CostCurve
 from ..proposers.suffix import memories_for
 from ..sampling.params import SamplingParams
 
@@ -39,9 +40,8 @@ class Costs:
     suffix_lookup_s: float = 0.0  # one suffix lookup (the request's own index and the memory)
 
     def verify(self, width: float) -> float:
-        """Cost of a pass of (possibly fractional, i.e. average) width, interpolated."""
-        widths = sorted(self.verify_s)
-        return float(np.interp(width, widths, [self.verify_s[w] for w in widths]))
+        """Cost of a pass of (possibly fractional, i.e. average) width, on the engine's cost curve."""
+        return CostCurve(self.verify_s)(width)
 
 
 @dataclass

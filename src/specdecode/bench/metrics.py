@@ -59,15 +59,6 @@ def latency_summary(ttfts: Sequence[float], itls: Sequence[float], tpots: Sequen
     }
 
 
-def leviathan_speedup(acceptance: float, k: int, cost_ratio: float) -> float:
-    """Expected speedup of speculative decoding with i.i.d. acceptance a, k drafts per pass and a
-    draft that costs c target passes per token (Leviathan et al. 2023, Theorem 3.8):
-    (1 - a^(k+1)) / ((1 - a)(k c + 1))."""
-    a = min(max(acceptance, 0.0), 1.0)
-    tokens_per_pass = k + 1 if a >= 1.0 else (1 - a ** (k + 1)) / (1 - a)
-    return tokens_per_pass / (k * cost_ratio + 1)
-
-
 def expected_tokens_per_pass(per_position: Sequence[float]) -> float:
     """Expected tokens per target pass when every pass drafts len(per_position) tokens.
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from . import metrics
 from ..engine.engine import chat_ids
+from ..policy.costs import iid_speedup
 from ..sampling.params import SamplingParams
 from .methods import ALL_METHODS, PLAIN_METHODS, Method, Run
 from .workloads import Prompt
@@ -168,7 +169,7 @@ def aggregate(runs: list[dict]) -> list[dict]:
             c = (r["draft_s"] / r["drafted_tokens"]) / t1
             r["draft_cost_ratio"] = c
             if isinstance(r["k"], int):
-                r["predicted_speedup"] = metrics.leviathan_speedup(r["acceptance_rate"], r["k"], c)
+                r["predicted_speedup"] = iid_speedup(r["acceptance_rate"], r["k"], c)
     _mark_divergence(records, runs)
     order = {name: i for i, name in enumerate(ALL_METHODS)}
     return sorted(records, key=lambda r: (r["category"] != "all", r["category"], r["temperature"],

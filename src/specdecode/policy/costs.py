@@ -34,6 +34,20 @@ def expected_tokens(conditional: Sequence[float], k: int) -> float:
     return 1.0 + float(np.cumprod(c).sum())
 
 
+def iid_expected_tokens(rate: float, k: int) -> float:
+    """expected_tokens when every draft is accepted with the same chance `rate`, uncapped (the closed
+    form of Leviathan et al. 2023: (1 - a^(k+1)) / (1 - a); k + 1 at a = 1)."""
+    a = min(max(rate, 0.0), 1.0)
+    return k + 1.0 if a >= 1.0 else (1 - a ** (k + 1)) / (1 - a)
+
+
+def iid_speedup(rate: float, k: int, cost_ratio: float) -> float:
+    """Speedup over plain decoding at an i.i.d. acceptance `rate`, k drafts a pass, each costing
+    `cost_ratio` one-token passes, and a verify pass that costs one token's at any width (Leviathan
+    et al. 2023, Theorem 3.8): the bench's "predicted" column and `plan`'s reference."""
+    return iid_expected_tokens(rate, k) / pass_seconds(CostCurve({1: 1.0}), cost_ratio, k)
+
+
 def pass_seconds(verify: "CostCurve", draft_token_s: float, k: int) -> float:
     """One row's pass with k drafts: k drafting steps and the verify pass over 1 + k tokens."""
     return k * draft_token_s + verify(1 + k)
