@@ -8,6 +8,11 @@ import fcntl
 import os
 from pathlib import Path
 
+from rich.console import Console
+
+# Where work on models (fetching, converting, measuring) reports its progress: stderr.
+console = Console(stderr=True)
+
 
 class ModelError(RuntimeError):
     """A model cannot be found, assembled, verified or paired; the message says how to fix it."""

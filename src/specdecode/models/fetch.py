@@ -14,15 +14,13 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, SpinnerColumn, TextColumn, TimeRemainingColumn
 
-from .cache import ModelError, cache_dir, locked
+from .cache import ModelError, cache_dir, console, locked
 
 if TYPE_CHECKING:
     from .registry import BundledModel
 
-console = Console(stderr=True)
 
 
 # ---------------------------------------------------------------------------------------------

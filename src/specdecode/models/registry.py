@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # Re-exported: the rest of the package reads the cache, its lock and the error from here.
-from .cache import ModelError, cache_dir, locked  # noqa: F401
+from .cache import ModelError, cache_dir, console, locked  # noqa: F401
 from .fetch import assemble_parts, ensure_bundled_gguf, ensure_converted  # noqa: F401
 
 
