@@ -8,6 +8,7 @@ import torch
 
 from specdecode.policy.costs import AcceptanceTracker, CostCurve, PassCosts
 from specdecode import SpeculativeGenerator
+from specdecode.policy.calibration import calibrate
 from specdecode.policy.knobs import LoadCapKnobs
 from specdecode.policy.load_cap import LoadPolicy, RowPlan
 from specdecode.engine.request import QueueFull, Request, RequestError
@@ -330,6 +331,26 @@ def test_calibration_fills_the_cost_curves(small_draft_gen):
         assert sorted(costs.draft.points) == [1, 2, 4, 8]  # draft steps over 1 to 8 rows
         assert all(v > 0 for v in costs.verify.points.values())
         assert engine.target.rows == 0 and engine.proposers["draft"].runner.rows == 0  # scratch rows gone
+
+
+def test_calibration_stays_within_a_draft_runner_of_few_rows(small_draft_gen):
+    # A llama.cpp draft runner is sized to the server's batch (--max-batch 1: two rows with the
+    # scratch row); calibrating must not ask it for more rows than it holds.
+    runner = small_draft_gen.proposers["draft"].runner
+
+    class Sized:
+        max_rows = 2
+
+        def __getattr__(self, name):
+            return getattr(runner, name)
+
+        def add_rows(self, prefix, count=1):
+            assert runner.rows + count <= self.max_rows, f"asked for {runner.rows + count} rows"
+            runner.add_rows(prefix, count)
+
+    costs = PassCosts()
+    calibrate(costs, small_draft_gen.target, Sized())
+    assert sorted(costs.draft.points) == [1, 2] and runner.rows == 0
 
 
 def test_nan_free_with_one_token_prompts(small_draft_gen):

@@ -29,7 +29,8 @@ def calibrate(costs: PassCosts, target: Runner, draft: Runner | None = None,
               widths: tuple[int, ...] = (1, 2, 4, 8, 16, 32)) -> None:
     """Target passes of growing width on one scratch row (the verify curve), a draft prefill (what
     a catch-up costs per token), and one-token draft steps over growing numbers of rows (the
-    batched draft curve). Token ids come from each runner's own vocabulary and no pass goes past its
+    batched draft curve), as many as the draft runner holds (a llama.cpp runner is sized to the
+    server's batch). Token ids come from each runner's own vocabulary and no pass goes past its
     context. The runners must hold no rows."""
     _check(target, "target", 2)
     widths = tuple(w for w in widths if SCRATCH + w <= target.max_context) or (1,)
@@ -52,7 +53,8 @@ def calibrate(costs: PassCosts, target: Runner, draft: Runner | None = None,
     costs.observe_catch_up(len(prefill), time.perf_counter() - t)
     draft.remove_rows([0])
     scratch = token_ids(min(SCRATCH, draft.max_context - 1), draft.vocab_size)
-    for rows in widths[:4]:
+    capacity = getattr(draft, "max_rows", None)  # None: rows are only bounded by memory
+    for rows in [r for r in widths[:4] if capacity is None or r <= capacity]:
         draft.add_rows(scratch, rows)
         t = time.perf_counter()
         draft.forward([token_ids(1, draft.vocab_size)] * rows, last_only=True)
