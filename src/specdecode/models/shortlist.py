@@ -154,6 +154,7 @@ class Shortlisted:
         self.backend = runner.backend
         self.shortlist = len(ids)  # reports name it beside the backend
         self.trees = getattr(runner, "trees", False)
+        self.max_rows = getattr(runner, "max_rows", None)
 
     @property
     def rows(self) -> int:

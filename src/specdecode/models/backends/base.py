@@ -23,6 +23,9 @@ class Runner(Protocol):
     vocab_size: int  # width of the logits it returns
     max_context: int  # positions one row may hold
     backend: str  # what runs it, as reports name it: torch, torch-static, torch-compiled, llamacpp
+    # Rows it can hold at once where that is fixed when it is loaded (llama.cpp's sequence ids);
+    # runners without the attribute are bounded by memory only.
+    max_rows: int | None
 
     @property
     def rows(self) -> int:
