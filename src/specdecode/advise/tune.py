@@ -25,6 +25,7 @@ import torch
 from scipy.optimize import isotonic_regression
 
 from ..engine.engine import Engine
+from ..models.timing import alternating_medians
 from ..policy.costs import CostCurve
 from ..proposers.suffix import memories_for
 from ..sampling.params import SamplingParams
@@ -97,19 +98,19 @@ def time_widths(runner, prompt_ids: list[int], widths: list[int], repeats: int =
     """
     runner.add_rows(prompt_ids[:-1])
     row = runner.rows - 1
-    times: dict[int, list[float]] = {w: [] for w in widths}
+
+    def scored(width: int):
+        def run():
+            runner.forward([prompt_ids[-1:] + [prompt_ids[-1]] * (width - 1)])
+            sync(runner)  # a GPU pass counts when it is done
+        return run
+
+    sync(runner)
     try:
-        for r in range(repeats):
-            for width in widths if r % 2 == 0 else widths[::-1]:
-                sync(runner)
-                t0 = time.perf_counter()
-                runner.forward([prompt_ids[-1:] + [prompt_ids[-1]] * (width - 1)])
-                sync(runner)
-                times[width].append(time.perf_counter() - t0)
-                runner.rollback([width])
+        return alternating_medians({w: scored(w) for w in widths}, repeats, serpentine=True,
+                                   after=lambda w: runner.rollback([w]))
     finally:
         runner.remove_rows([row])
-    return {w: statistics.median(t) for w, t in times.items()}
 
 
 @torch.inference_mode()

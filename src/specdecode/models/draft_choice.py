@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from ..policy.costs import CostCurve, best_k_at_rate
+from .timing import alternating_medians
 
 AUTO = "auto"
 K_MAX = 8
@@ -77,8 +78,6 @@ def predicted_speedup(rate: float, draft_s: float, verify: CostCurve) -> tuple[i
 def measure(target, drafts: dict, ids: list[int]) -> dict:
     """Per draft runner: draft step seconds and agreement with `target` over `ids`; and the
     target's verify curve. Runners (engine Runners) must hold no rows; they hold none after."""
-    from . import measured
-
     target.add_rows(ids[:1])
     p_logits = target.forward([ids[1:]])[0]
 
@@ -86,7 +85,7 @@ def measure(target, drafts: dict, ids: list[int]) -> dict:
         target.forward([ids[:w]])
         target.rollback([w])
 
-    verify = measured.alternating_medians({w: (lambda w=w: verify_pass(w)) for w in range(1, K_MAX + 2)}, ROUNDS)
+    verify = alternating_medians({w: (lambda w=w: verify_pass(w)) for w in range(1, K_MAX + 2)}, ROUNDS)
     target.remove_rows([0])
     found: dict[str, dict] = {}
     for name, runner in drafts.items():
@@ -100,7 +99,7 @@ def measure(target, drafts: dict, ids: list[int]) -> dict:
         runner.rollback([1])
         i[0] += 1
 
-    steps = measured.alternating_medians({n: (lambda r=r: draft_step(r)) for n, r in drafts.items()}, ROUNDS, STEPS)
+    steps = alternating_medians({n: (lambda r=r: draft_step(r)) for n, r in drafts.items()}, ROUNDS, STEPS)
     for name, runner in drafts.items():
         runner.remove_rows([0])
         found[name]["draft_ms"] = round(steps[name] * 1000, 3)

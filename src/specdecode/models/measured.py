@@ -1,14 +1,11 @@
 """What the choices made by measurement share: a cache file per machine and question, written
-atomically, and the timing rule (alternating rounds, the median) that puts a shared machine's drift
-on every candidate alike."""
+atomically (their timing rule is models/timing.py)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import statistics
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 
@@ -43,16 +40,3 @@ def cached(kind: str, cache: Path | None = None) -> list[dict]:
 
     folder = cache or cache_dir() / "machine"
     return [found for path in sorted(folder.glob(f"{kind}-*.json")) if (found := read(path)) is not None]
-
-
-def alternating_medians(tasks: dict[str, Callable[[], None]], rounds: int, repeats: int = 1) -> dict[str, float]:
-    """Seconds per call of each task: `rounds` rounds, each calling every task `repeats` times in
-    turn, and the median per task."""
-    times: dict[str, list[float]] = {name: [] for name in tasks}
-    for _ in range(rounds):
-        for name, task in tasks.items():
-            for _ in range(repeats):
-                start = time.perf_counter()
-                task()
-                times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}

@@ -29,6 +29,7 @@ import torch
 
 from ..policy.costs import CostCurve, best_k_at_rate
 from . import measured
+from .timing import alternating_medians
 from .draft_choice import AUTO, K_MAX, ROUNDS, STEPS, agreement, calibration_ids
 
 VERSION = 1
@@ -67,7 +68,7 @@ def measure(targets: dict, draft, ids: list[int]) -> dict:
                 r.forward([ids[:w]])
                 r.rollback([w])
             tasks[f"{name}|{w}"] = task
-    times = measured.alternating_medians(tasks, ROUNDS)
+    times = alternating_medians(tasks, ROUNDS)
     for name, runner in targets.items():
         runner.remove_rows([0])
         found[name]["verify_ms"] = {str(w): round(times[f"{name}|{w}"] * 1000, 3) for w in range(1, K_MAX + 2)}
@@ -79,7 +80,7 @@ def measure(targets: dict, draft, ids: list[int]) -> dict:
         draft.rollback([1])
         i[0] += 1
 
-    draft_s = measured.alternating_medians({"draft": step}, ROUNDS, STEPS)["draft"]
+    draft_s = alternating_medians({"draft": step}, ROUNDS, STEPS)["draft"]
     draft.remove_rows([0])
     for name in targets:
         found[name].update(agreement(logits[name], q))

@@ -23,11 +23,12 @@ import hashlib
 import json
 import os
 import platform
-import statistics
 import time
 from pathlib import Path
 
 import torch
+
+from ..timing import alternating_medians
 
 CANDIDATES = ("bfloat16", "float32", "w8a8")  # timed
 AUTO = ("bfloat16", "float32")  # chosen from
@@ -85,17 +86,17 @@ def measure() -> dict:
     stacks = {d: _stack(d) for d in CANDIDATES}
     inputs = {(d, w): torch.randn(w, SHAPE[1]).to(torch.bfloat16 if d == "bfloat16" else torch.float32)
               for d in CANDIDATES for w in WIDTHS}
-    times: dict = {(d, w): [] for d in CANDIDATES for w in WIDTHS}
-    with torch.inference_mode():
-        for rnd in range(ROUNDS + 1):
-            for d in CANDIDATES:
-                for w in WIDTHS:
-                    start = time.perf_counter()
-                    for layer in stacks[d]:
-                        layer(inputs[d, w])
-                    if rnd:  # the first round warms every kernel up
-                        times[d, w].append((time.perf_counter() - start) * 1000)
-    return {d: {str(w): round(statistics.median(times[d, w]), 3) for w in WIDTHS} for d in CANDIDATES}
+
+    def through(d: str, w: int):
+        def run():
+            for layer in stacks[d]:
+                layer(inputs[d, w])
+        return run
+
+    with torch.inference_mode():  # the first round warms every kernel up
+        seconds = alternating_medians({(d, w): through(d, w) for d in CANDIDATES for w in WIDTHS}, ROUNDS,
+                                      warmup_rounds=1)
+    return {d: {str(w): round(seconds[d, w] * 1000, 3) for w in WIDTHS} for d in CANDIDATES}
 
 
 def decide(ms: dict) -> tuple[str, str]:

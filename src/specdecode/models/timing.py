@@ -1,0 +1,35 @@
+"""The timing rule for every measurement that chooses something (target, draft, dtype, k): the
+candidates take turns in rounds and each gets the median of its own times.
+
+A shared machine's speed drifts by tens of percent within minutes; timing one candidate after the
+other would read that drift as a difference between them. Taking turns puts the drift on all of
+them alike, and the median drops the round a neighbour's burst fell on.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Hashable
+
+
+def alternating_medians(tasks: dict[Hashable, Callable[[], None]], rounds: int, repeats: int = 1,
+                        warmup_rounds: int = 0, serpentine: bool = False,
+                        after: Callable[[Hashable], None] | None = None) -> dict[Hashable, float]:
+    """Seconds per call of each task: `rounds` rounds, each calling every task `repeats` times in
+    turn, and the median per task. `warmup_rounds` first rounds are not counted (kernels warm up);
+    `serpentine`: every other round runs the tasks in reverse order (a slope across the order then
+    cancels); `after(name)` runs untimed after each call (e.g. a rollback of what the call added)."""
+    names = list(tasks)
+    times: dict[Hashable, list[float]] = {name: [] for name in names}
+    for r in range(warmup_rounds + rounds):
+        for name in names[::-1] if serpentine and r % 2 else names:
+            for _ in range(repeats):
+                start = time.perf_counter()
+                tasks[name]()
+                elapsed = time.perf_counter() - start
+                if after is not None:
+                    after(name)
+                if r >= warmup_rounds:
+                    times[name].append(elapsed)
+    return {name: statistics.median(t) for name, t in times.items()}
