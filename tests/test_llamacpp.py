@@ -117,13 +117,6 @@ def test_rows_are_sequences_of_one_context(draft_runner):
         r.add_rows(prefix, 5)
 
 
-def test_unknown_quantisation_is_a_clear_error():
-    with pytest.raises(ModelError, match="unknown llama.cpp quantisation 'q3_x'"):
-        llamacpp.split_quant("default@q3_x")
-    assert llamacpp.split_quant("default") == ("default", None)
-    assert llamacpp.split_quant("/m/model.gguf@Q4_0") == ("/m/model.gguf", "q4_0")
-
-
 @needs_llamacpp
 @pytest.mark.realmodel
 def test_requantised_draft_is_smaller_and_still_agrees(draft_runner):

@@ -39,15 +39,6 @@ def test_the_list_keeps_bytes_and_specials_then_the_most_frequent():
         shortlist.choose(counts, 2, always=[297, 298, 299])
 
 
-def test_names_and_sizes():
-    assert shortlist.split_vocab("default@q4_0+v32k") == ("default@q4_0", 32768)
-    assert shortlist.split_vocab("default+v4096") == ("default", 4096)
-    assert shortlist.split_vocab("default") == ("default", None)
-    for bad in ("+vx", "+v0"):
-        with pytest.raises(ModelError, match="is a number of tokens"):
-            shortlist.split_vocab("default" + bad)
-
-
 def test_the_real_tokenizers_list_covers_its_text(tok):
     from specdecode.models.registry import resolve
     from transformers import AutoTokenizer

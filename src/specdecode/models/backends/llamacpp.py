@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from ..registry import ModelError
+from ..spec import QUANTS
 
 
 def available() -> bool:
@@ -36,22 +37,6 @@ def require() -> None:
     if not available():
         raise ModelError("the llama.cpp backend needs llama-cpp-python: pip install 'specdecode[llamacpp]' "
                          "(it builds llama.cpp from source, about 6 minutes on 2 cores)")
-
-
-# llama.cpp's file types for requantisation (`llamacpp:MODEL@q4_0`): a cheaper draft reads fewer
-# bytes per token; acceptance tells whether it still agrees with the target.
-QUANTS = {"q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q4_k_m": 15, "q5_k_m": 17, "q6_k": 18}
-
-
-def split_quant(name: str) -> tuple[str, str | None]:
-    """'default@q4_0' -> ('default', 'q4_0'); a name without '@' has no requantisation."""
-    base, sep, quant = name.rpartition("@")
-    if not sep:
-        return name, None
-    quant = quant.lower()
-    if quant not in QUANTS:
-        raise ModelError(f"unknown llama.cpp quantisation '{quant}': choose one of {', '.join(QUANTS)}")
-    return base, quant
 
 
 def requantized(gguf: Path, quant: str) -> Path:
