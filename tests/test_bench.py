@@ -183,7 +183,7 @@ def test_bench_compares_the_samplers_side_by_side(monkeypatch, capsys, tiny_dirs
 def test_bench_runs_trees_beside_the_chains_and_reports_them(monkeypatch, capsys, tiny_dirs, tmp_path):
     out = tmp_path / "out"
     # Keep every branch whatever this machine's measured costs say (the cost rule is tree.trim's).
-    monkeypatch.setattr("specdecode.engine.engine.trim", lambda parents, *_: list(range(len(parents))))
+    monkeypatch.setattr("specdecode.engine.drafting.trim", lambda parents, *_: list(range(len(parents))))
     rows = bench_code_prompts(monkeypatch, capsys, tiny_dirs, out, "--methods", "plain,ngram,suffix", "--k", "3",
                               "--temperature", "0", "--max-new-tokens", "24", "--tree", "0,12")
     assert set(rows) == {"plain", "ngram", "suffix", "ngram-tree12", "suffix-tree12"}
