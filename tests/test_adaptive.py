@@ -267,3 +267,29 @@ def test_auto_learns_from_chances(twin_gen, monkeypatch):
                               proposer="draft")
         drafted_passes = [(d, n) for d, n in seen if d > 0]
         assert drafted_passes and all(n == d for d, n in drafted_passes)
+
+
+def test_the_configs_knobs_reach_the_rules_they_set(twin_gen):
+    from specdecode.policy.knobs import AcceptanceKnobs, LoadCapKnobs, TreeKnobs
+
+    engine = twin_gen
+    knobs = dict(acceptance=AcceptanceKnobs(prior=0.7, prior_weight=9.0, row_decay=0.8, pooled_decay=0.95),
+                 load_cap=LoadCapKnobs(margin=0.3, probe_every_off_steps=5), tree=TreeKnobs(branch_below=0.5),
+                 auto_k=AutoKKnobs(k_max=6, min_confidence=0.1))
+    saved = dict(engine.pooled_acceptance)
+    engine.pooled_acceptance.clear()  # the pooled trackers are built from the config when first needed
+    try:
+        with engine.configured(**knobs):
+            assert engine.policy.margin == 0.3 and engine.policy.probe_every == 5 and engine.policy.wait_limit == 80
+            assert engine.proposers["draft"].tree == TreeKnobs(branch_below=0.5)
+            pooled = engine.pooled("draft")
+            assert pooled.decay == 0.95 and pooled.rate == pytest.approx(0.7)
+            row = engine.row_acceptance("draft")
+            assert row.decay == 0.8 and row.accepted[0] == pytest.approx(9.0 * pooled.conditional[0])
+            rule = engine._auto_k(("draft",)).rules["draft"]
+            assert (rule.k_max, rule.min_confidence, rule.acceptance.decay) == (6, 0.1, 0.8)
+        # Back to the defaults when the block ends.
+        assert engine.policy.margin == LoadCapKnobs().margin and engine.proposers["draft"].tree == TreeKnobs()
+    finally:
+        engine.pooled_acceptance.clear()
+        engine.pooled_acceptance.update(saved)

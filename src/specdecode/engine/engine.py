@@ -31,7 +31,7 @@ from ..policy.auto_k import AdaptiveK, SourceChoice
 from ..policy.calibration import calibrate
 from ..policy.costs import AcceptanceTracker, PassCosts
 from ..policy.load_cap import LoadPolicy
-from ..proposers import Proposal, Proposer
+from ..proposers import DraftModelProposer, Proposal, Proposer
 from ..sampling.constraints import GrammarCompiler
 from ..sampling.params import SamplingParams
 from ..verification.verifier import Verdict, Verifier
@@ -72,6 +72,7 @@ class Engine(Scheduler):
         self.pooled_acceptance: dict[str, AcceptanceTracker] = {}
         self.policy = LoadPolicy(self.pass_costs, enabled=self.config.load_policy, knobs=self.config.load_cap)
         self.verifier = Verifier(self.config.reject, self.config.tree_residual)
+        self._branch_like(self.config)
         self.rows: list[Request] = []  # in the target runner's row order
         self.waiting: deque[Request] = deque()
         self._lock = threading.Lock()
@@ -102,9 +103,18 @@ class Engine(Scheduler):
             self._set_config(saved)
 
     def _set_config(self, config: EngineConfig) -> None:
-        self.config = config
+        old, self.config = self.config, config
         self.policy.enabled = config.load_policy
+        if config.load_cap != old.load_cap:
+            self.policy.configure(config.load_cap)
         self.verifier = Verifier(config.reject, config.tree_residual)
+        self._branch_like(config)
+
+    def _branch_like(self, config: EngineConfig) -> None:
+        """The draft model branches by the config's tree knobs (a hybrid shares its draft proposer)."""
+        for proposer in self.proposers.values():
+            if isinstance(proposer, DraftModelProposer):
+                proposer.tree = config.tree
 
     # -- one request, start to end ---------------------------------------------------------------
 
@@ -251,17 +261,22 @@ class Engine(Scheduler):
         """A source's acceptance over all recent requests (the prior of a new request's own)."""
         tracker = self.pooled_acceptance.get(source)
         if tracker is None:  # built only when missing: this runs every step
-            tracker = self.pooled_acceptance[source] = AcceptanceTracker(decay=self.config.acceptance.pooled_decay)
+            a = self.config.acceptance
+            tracker = self.pooled_acceptance[source] = AcceptanceTracker(a.prior, a.prior_weight, a.pooled_decay)
         return tracker
+
+    def row_acceptance(self, source: str) -> AcceptanceTracker:
+        """A new request's own acceptance for a source, starting from the source's pooled one."""
+        a = self.config.acceptance
+        return AcceptanceTracker(self.pooled(source).conditional, a.prior_weight, a.row_decay)
 
     def _auto_k(self, sources: tuple[str, ...]) -> SourceChoice:
         """A k="auto" request's rules, one per source, starting from the source's pooled acceptance."""
-        knobs, acceptance = self.config.auto_k, self.config.acceptance
+        knobs = self.config.auto_k
         return SourceChoice({source: AdaptiveK(
             k_max=knobs.k_max, k=min(knobs.k_start, knobs.k_max), min_confidence=knobs.min_confidence,
             grow=knobs.grow_after_full_block, shrink=knobs.shrink_after_rejection,
-            acceptance=AcceptanceTracker(prior=self.pooled(source).conditional, weight=acceptance.prior_weight,
-                                         decay=acceptance.row_decay)) for source in sources},
+            acceptance=self.row_acceptance(source)) for source in sources},
             probe_every=knobs.probe_every_off_passes)
 
     def calibrate(self) -> None:

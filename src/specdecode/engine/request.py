@@ -131,7 +131,8 @@ class Request:
             [[]] + [[drafts[n] for n in path_to(parents, i)] for i in range(len(drafts))]
         return torch.stack([self.shape_at(logits[j], before[j]) for j in range(logits.shape[0])])
 
-    def start(self, tokenizer, eos_ids: frozenset[int], prior, vocab: int, deterministic_proposer: bool,
+    def start(self, tokenizer, eos_ids: frozenset[int], acceptance: AcceptanceTracker, vocab: int,
+              deterministic_proposer: bool,
               grammar: Grammar | None = None) -> None:
         """Set up the working state as the request enters the batch."""
         params = self.params
@@ -146,7 +147,7 @@ class Request:
             self.noise_seed = params.seed if params.seed is not None else \
                 int(torch.randint(0, 2**62, (1,), generator=self.generator))
         self.stop_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else eos_ids)
-        self.acceptance = AcceptanceTracker(prior=prior)
+        self.acceptance = acceptance
         self.stats.prompt_tokens = len(self.prompt_ids)
 
         def on_token(token, delta):

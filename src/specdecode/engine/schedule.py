@@ -108,7 +108,7 @@ class Scheduler:
         for req in group:
             proposer = self.get_proposer(req.proposer)
             req.proposer = req.proposer or self.default_proposer
-            req.start(self.tokenizer, self.eos_token_ids, self.pooled(proposer.sources[0]).conditional,
+            req.start(self.tokenizer, self.eos_token_ids, self.row_acceptance(proposer.sources[0]),
                       self.target.vocab_size, not proposer.uses_draft_model,
                       self.grammars().compile(req.grammar) if req.grammar is not None else None)
             if req.k == "auto":

@@ -156,8 +156,7 @@ def build_generator(
     if draft_model is not None:
         draft_runner = as_runner(draft_model, prefix_cache)
         check_vocab_compatible(tokenizer, draft_tokenizer or tokenizer, runner.vocab_size, draft_runner.vocab_size)
-        proposers["draft"] = DraftModelProposer(draft_runner, runner.vocab_size, context_window=draft_context,
-                                                tree=(config or EngineConfig()).tree)
+        proposers["draft"] = DraftModelProposer(draft_runner, runner.vocab_size, context_window=draft_context)
         proposers["hybrid"] = HybridProposer(proposers["ngram"], proposers["draft"])
         proposers["hybrid-suffix"] = HybridProposer(proposers["suffix"], proposers["draft"], name="hybrid-suffix")
     elif proposer in WITH_DRAFT:

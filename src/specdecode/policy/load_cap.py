@@ -30,11 +30,17 @@ class LoadPolicy:
     def __init__(self, costs: PassCosts, enabled: bool = True, knobs: LoadCapKnobs = LoadCapKnobs()):
         self.costs = costs
         self.enabled = enabled
+        self.last_cap: int | None = None
+        self.off_streak = 0
+        self.probing = False  # the last cap was a probe: only rows that need no catch-up take it
+        self.configure(knobs)
+
+    def configure(self, knobs: LoadCapKnobs) -> None:
+        """Take the numbers the cap runs on (EngineConfig.load_cap); the probe wait starts over."""
         # Over several rows speculate only when the best cap beats plain decoding by this fraction:
         # a step speculates when the rows' recent acceptance is high, which is partly luck that does
         # not carry into the next block (the optimiser's curse); see docs/choosing-k.md.
         self.margin = knobs.margin
-        self.last_cap: int | None = None
         # While speculation is off nothing measures acceptance; after probe_every such steps one
         # step drafts a token so that a change in the traffic is noticed. A probe is not free (a
         # draft model first catches up on everything it missed), so each probe that does not turn
@@ -42,8 +48,6 @@ class LoadPolicy:
         self.probe_every = knobs.probe_every_off_steps
         self.wait_limit = knobs.probe_wait_growth_limit * self.probe_every
         self.wait = self.probe_every
-        self.off_streak = 0
-        self.probing = False  # the last cap was a probe: only rows that need no catch-up take it
 
     def cap(self, rows: list[RowPlan]) -> int:
         """The largest k any row may draft this step (rows keep their own smaller k)."""
