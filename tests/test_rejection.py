@@ -98,3 +98,35 @@ def test_bad_shapes_are_clear_errors():
         rejection_sample(torch.zeros((1, 2), dtype=torch.long), None, torch.rand(1, 2, 5))
     with pytest.raises(ValueError, match="draft_probs must be"):
         rejection_sample(torch.zeros((1, 2), dtype=torch.long), torch.rand(1, 2, 4), torch.rand(1, 3, 5))
+
+
+@pytest.mark.parametrize("rule", ["token", "block"])
+@pytest.mark.parametrize("with_q", [False, True])
+def test_greedy_shortcut_equals_the_rule_with_one_hot_p(rule, with_q):
+    """Greedy rows skip the rejection step's one-hot and random draws (verifier.greedy_verdict):
+    the shortcut must give the tokens, acceptance and chances the rule itself gives."""
+    from specdecode.sampling.params import SamplingParams, probs_from_logits
+    from specdecode.verification.block import block_rejection_sample
+    from specdecode.verification.verifier import greedy_verdict
+
+    reject = {"token": rejection_sample, "block": block_rejection_sample}[rule]
+    torch.manual_seed(1)
+    V, k = 7, 4
+    seen_accept, seen_reject = set(), set()
+    for case in range(200):
+        logits = torch.randn(k + 1, V)
+        best = logits.argmax(-1)
+        # Each draft is the argmax or not, at random, so every position is both kept and refused.
+        drafts = [int(best[i]) if torch.rand(()) < 0.6 else int((best[i] + 1 + case) % V) for i in range(k)]
+        if int(drafts[0]) == int(best[0]) and case % 5 == 0:
+            drafts[0] = int((best[0] + 1) % V)
+        q = onehot(drafts, V).unsqueeze(0) if with_q else None
+        p = probs_from_logits(logits, SamplingParams(temperature=0.0)).unsqueeze(0)
+        tokens, n = reject(torch.tensor([drafts]), q, p, gen(case))
+        n = int(n[0])
+        fast = greedy_verdict(logits, drafts)
+        assert fast.accepted == n
+        assert fast.tokens == tokens[0, : n + 1].tolist()
+        assert fast.chances == [float(p[0, i, x]) for i, x in enumerate(drafts)]
+        (seen_accept if n == k else seen_reject).add(n)
+    assert seen_accept and len(seen_reject) >= 3  # the cases reached full acceptance and several cut points

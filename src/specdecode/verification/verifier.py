@@ -61,6 +61,8 @@ class TokenVerifier:
                  generator: torch.Generator | None) -> Verdict:
         """logits [1 + len(drafts), V]: the target at the row's last token and at each draft."""
         drafts = proposal.tokens
+        if params.greedy:
+            return greedy_verdict(logits[: len(drafts) + 1], drafts)
         q = None if proposal.probs is None else proposal.probs[: len(drafts)].unsqueeze(0)
         p = probs_from_logits(logits[: len(drafts) + 1], params).unsqueeze(0)
         draft_ids = torch.tensor([drafts], dtype=torch.long).reshape(1, len(drafts))
@@ -72,6 +74,19 @@ class TokenVerifier:
             q_x = torch.ones_like(p_x) if q is None else q[0].gather(-1, draft_ids[0].unsqueeze(-1)).squeeze(-1)
             chances = torch.where(q_x > 0, (p_x / q_x.clamp(min=1e-30)).clamp(max=1.0), torch.ones_like(p_x)).tolist()
         return Verdict(tokens[0, : accepted + 1].tolist(), accepted, chances)
+
+
+def greedy_verdict(logits: torch.Tensor, drafts: list[int]) -> Verdict:
+    """The rejection step (token-level or block) when p is one-hot on the argmax a: a draft x with
+    q(x) > 0 is kept with chance min(1, p(x)/q(x)), 1 if x = a and 0 otherwise; the residual
+    max(0, p - q) is then one-hot on a, as is the bonus draw from p. So: keep the drafts that equal
+    the argmax, emit the argmax at the first that does not. Computed from the argmaxes alone, this
+    skips the vocabulary-wide one-hot and random draw a sampled row needs (tests/test_rejection.py
+    checks it against both rules)."""
+    best = logits.argmax(-1).tolist()
+    accepted = next((i for i, x in enumerate(drafts) if x != best[i]), len(drafts))
+    chances = [1.0 if x == best[i] else 0.0 for i, x in enumerate(drafts)]
+    return Verdict(drafts[:accepted] + [best[accepted]], accepted, chances)
 
 
 class InvariantVerifier:
