@@ -293,3 +293,35 @@ def test_the_configs_knobs_reach_the_rules_they_set(twin_gen):
     finally:
         engine.pooled_acceptance.clear()
         engine.pooled_acceptance.update(saved)
+
+
+def test_optimistic_acceptance_is_wide_on_little_evidence_and_tight_on_much():
+    little, much = AcceptanceTracker(0.5, weight=4.0), AcceptanceTracker(0.5, weight=400.0)
+    hi_little, hi_much = little.optimistic(1.0).conditional[0], much.optimistic(1.0).conditional[0]
+    assert 0.7 < hi_little < 1.0  # four judged drafts at 50%: up to ~72% is plausible
+    assert 0.5 < hi_much < 0.53  # four hundred: barely above the estimate
+    assert little.optimistic(0.0).conditional[0] == pytest.approx(0.5)  # z = 0 is the estimate itself
+    assert AcceptanceTracker(1.0).optimistic(3.0).conditional.max() <= 1.0
+
+
+def test_a_probe_tries_the_promising_lookup_not_the_sources_in_turn():
+    """Off (no source pays at its estimate), a probe goes to the source that could pay at its
+    optimistic acceptance: a long lookup match judged little, not a draft model known to cost more
+    than it saves. In turn, the draft would get every other probe."""
+    from specdecode.policy.auto_k import SourceChoice
+    from specdecode.policy.costs import PassCosts
+
+    costs = PassCosts()
+    costs.verify = CostCurve({1: 0.10, 2: 0.165, 4: 0.20, 9: 0.40})  # a steep CPU curve
+    costs.per_draft = {"ngram3": 0.0, "draft": 0.033}
+    lookup = AdaptiveK(k_max=8, acceptance=AcceptanceTracker(0.5))  # the prior: nothing known
+    model = AdaptiveK(k_max=8, acceptance=AcceptanceTracker(0.6, weight=200.0))  # known: does not pay
+    auto = SourceChoice({"ngram3": lookup, "draft": model}, probe_every=4)
+    assert lookup.best(0.0, costs.verify, lookup.acceptance, 8)[0] == 0  # at its estimate the lookup is off
+    picks = [auto.choose(costs, {"ngram3": 8, "draft": 8}) for _ in range(16)]
+    probes = [p for p in picks if p[1]]
+    assert len(probes) == 4 and all(source == "ngram3" and k > 1 for source, k in probes)  # several positions judged
+    # With no optimism there is no hope either, and probes go to the sources in turn (the control).
+    auto = SourceChoice({"ngram3": lookup, "draft": model}, probe_every=4, optimism=0.0)
+    probes = [p for p in (auto.choose(costs, {"ngram3": 8, "draft": 8}) for _ in range(16)) if p[1]]
+    assert {source for source, _ in probes} == {"ngram3", "draft"}

@@ -411,3 +411,35 @@ def test_a_row_that_never_drafts_never_prefills_the_draft(small_draft_gen, monke
         generate_batch(engine, reqs)
         for r in reqs:
             assert r.generated == alone(small_draft_gen, r) and r.stats.drafted_tokens == 0
+
+
+def test_a_row_alone_whose_draft_catch_up_does_not_pay_drafts_from_its_lookup():
+    """k="auto" picks the draft model, but it is far behind and few tokens remain: the pass goes to
+    the lookup's match instead of to nothing."""
+    from specdecode.engine.step_plan import plan_rows
+    from specdecode.policy.auto_k import AdaptiveK, SourceChoice
+
+    class Hybrid:
+        uses_draft_model = True
+
+        def reach(self, row, k):
+            return {"ngram3": 3, "draft": k}
+
+        def behind(self, row):
+            return 400
+
+    costs = costs_of(CostCurve({1: 0.10, 9: 0.11}), CostCurve({1: 0.01}))
+    costs.per_draft = {"ngram3": 0.0, "draft": 0.01}
+    costs.observe_catch_up(128, 0.128)  # 0.4 s to catch 400 tokens up
+    row = Request([1, 2, 3], SamplingParams(max_new_tokens=6), k="auto", proposer="hybrid")
+    row.context = list(row.prompt_ids)
+    # The draft model accepts a little more than the lookup, so it is the first choice.
+    row.auto = SourceChoice({"ngram3": AdaptiveK(k_max=8, acceptance=AcceptanceTracker(0.8)),
+                             "draft": AdaptiveK(k_max=8, acceptance=AcceptanceTracker(0.9))})
+    assert row.auto.choose(costs, {"ngram3": 3, "draft": 8})[0] == "draft"
+    plans, _ = plan_rows([row], {"hybrid": Hybrid()}, LoadPolicy(costs), costs, 8, 4096)
+    assert (plans[0].source, plans[0].k) == ("ngram3", 3)
+    # Caught up (nothing behind), the draft model drafts as chosen.
+    Hybrid.behind = lambda self, row: 0
+    plans, _ = plan_rows([row], {"hybrid": Hybrid()}, LoadPolicy(costs), costs, 8, 4096)
+    assert plans[0].source == "draft" and plans[0].k > 0

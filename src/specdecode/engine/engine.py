@@ -277,7 +277,7 @@ class Engine(Scheduler):
             k_max=knobs.k_max, k=min(knobs.k_start, knobs.k_max), min_confidence=knobs.min_confidence,
             grow=knobs.grow_after_full_block, shrink=knobs.shrink_after_rejection,
             acceptance=self.row_acceptance(source)) for source in sources},
-            probe_every=knobs.probe_every_off_passes)
+            probe_every=knobs.probe_every_off_passes, optimism=knobs.probe_optimism)
 
     def calibrate(self) -> None:
         """Start the cost curves from a few timed passes (policy/calibration.py); call it while idle."""

@@ -23,7 +23,13 @@ def plan_rows(rows, proposers: dict, policy: LoadPolicy, costs, k_max: int, limi
         proposer = proposers[r.proposer]
         model = proposer.uses_draft_model
         if r.auto is not None:
-            source, k = r.auto.choose(costs, proposer.reach(r, k_max))
+            reach = proposer.reach(r, k_max)
+            source, k = r.auto.choose(costs, reach)
+            if source == "draft" and k and len(rows) == 1 and costs is not None \
+                    and not lone_catch_up_pays(r, costs, proposer.behind(r), min(k, r.room(limit)), knobs):
+                # The draft model's catch-up would not pay back: the lookup drafts if it can.
+                others = {name: n for name, n in reach.items() if name != "draft"}
+                source, k = r.auto.choose(costs, others) if others else (source, 0)
             acceptance = r.auto.rules[source].acceptance
             model = source == "draft"
         else:
@@ -44,13 +50,16 @@ def plan_rows(rows, proposers: dict, policy: LoadPolicy, costs, k_max: int, limi
         # A tree is k levels deep; where the load cap cut k its budget shrinks in proportion.
         if r.tree and plan.k:
             plan.nodes = max(plan.k, -(-r.tree * plan.k // max(wanted, 1)))
-    alone = rows[0]
-    if len(rows) == 1 and alone.auto is not None and costs is not None and wants[0].behind > knobs.probe_max_behind \
-            and plans[0].k:
-        remaining = alone.params.max_new_tokens - len(alone.generated)
-        if not catch_up_pays(costs, wants[0], plans[0].k, remaining, knobs.catch_up_horizon):
-            plans[0].k = plans[0].nodes = 0
     return plans, any(w.wanted for w in wants)
+
+
+def lone_catch_up_pays(r, costs, behind: int, k: int, knobs: LoadCapKnobs) -> bool:
+    """catch_up_pays for a k="auto" row alone whose draft model is `behind` (a row of a batch is
+    priced by the load policy instead)."""
+    if behind <= knobs.probe_max_behind:
+        return True
+    want = RowPlan(k, r.auto.rules["draft"].acceptance, True, behind)
+    return catch_up_pays(costs, want, k, r.params.max_new_tokens - len(r.generated), knobs.catch_up_horizon)
 
 
 def catch_up_pays(costs, want: RowPlan, k: int, remaining: int,

@@ -10,8 +10,9 @@ exact.
   With an expensive draft it holds k short and moves it with the acceptance;
   with free n-gram drafts and a flat verify curve it drafts as far as the lookup reaches, where a
   rejection-driven controller would cut k after every miss and lose the rare long match; and it
-  turns drafting off (k = 0, plain decoding, with a periodic one-token probe so that a change in
-  the text is noticed) when no k beats plain decoding (by `margin`, none by default).
+  turns drafting off (k = 0, plain decoding, with a periodic probe so that a change in the text is
+  noticed, aimed at the source that could pay were its acceptance at the top of its plausible
+  range) when no k beats plain decoding (by `margin`, none by default).
 - With several sources (the lookup's match lengths; for the hybrid proposer also the draft model)
   each has its own rule, and a pass drafts from the source whose best k promises most
   (`SourceChoice`).
@@ -28,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .costs import AcceptanceTracker, CostCurve, PassCosts, best_k, pass_seconds
+from .costs import AcceptanceBound, AcceptanceTracker, CostCurve, PassCosts, best_k, pass_seconds
 from .knobs import AutoKKnobs
 
 
@@ -66,7 +67,7 @@ class AdaptiveK:
         else:
             self.k = max(self.k_min, self.k - self.shrink)
 
-    def best(self, draft_token_s: float, verify: CostCurve, acceptance: AcceptanceTracker,
+    def best(self, draft_token_s: float, verify: CostCurve, acceptance: AcceptanceTracker | AcceptanceBound,
              k_max: int | None = None) -> tuple[int, float]:
         """(k, expected tokens/s) of the k that pays best, k = 0 (plain decoding) when none beats it
         by the margin (costs.best_k)."""
@@ -86,12 +87,15 @@ class SourceChoice:
     drafts from the source whose best k promises the most tokens per second at the measured costs
     (the lookup only where it matches); a source whose cost is not measured yet drafts at its
     controller's allowance so that it gets measured. When no source beats plain decoding, drafting
-    is off, with a one-token probe every `probe_every` passes (from the sources in turn) so that a
-    change in the text is noticed.
+    is off, with a probe every `probe_every` passes so that a change in the text is noticed: from
+    the source that could pay most were its acceptance at the top of its plausible range
+    (`optimism` standard deviations up: little evidence, or estimates near paying), at the k that
+    would pay then, or one token from the sources in turn when none could.
     """
 
     rules: dict[str, AdaptiveK]
     probe_every: int = AutoKKnobs.probe_every_off_passes
+    optimism: float = AutoKKnobs.probe_optimism
     off_streak: int = 0
     probes: int = 0
 
@@ -124,4 +128,21 @@ class SourceChoice:
             return source, 0
         self.off_streak = 0
         self.probes += 1
+        return self.probe(costs, available, options)
+
+    def probe(self, costs: PassCosts, available: dict[str, int], options: list) -> tuple[str, int]:
+        """(source, k) of a probe: the source whose best k pays most at its optimistic acceptance
+        (a lookup with a long match that has been judged little, rather than a draft model known
+        not to pay), at that k, so that one probe judges every position the hope rests on; with
+        no source that could pay even so, one token from the sources in turn."""
+        hopes = []
+        for _, _, source in options:
+            rule = self.rules[source]
+            k, rate = rule.best(costs.per_draft[source], costs.verify, rule.acceptance.optimistic(self.optimism),
+                                available[source])
+            if k > 0:
+                hopes.append((rate, k, source))
+        if hopes:
+            _, k, source = max(hopes)
+            return source, k
         return options[self.probes % len(options)][2], 1

@@ -205,7 +205,25 @@ class AcceptanceTracker:
     def expected_tokens(self, k: int) -> float:
         return expected_tokens(self.conditional, k)
 
+    def optimistic(self, z: float) -> "AcceptanceBound":
+        """The same counts read at the top of their plausible range: each c_j at Wilson's upper
+        bound, z standard deviations up. Little evidence leaves it high, much evidence near c_j."""
+        n = np.maximum(self.judged, 1e-9)
+        c = np.clip(self.accepted / n, 0.0, 1.0)
+        spread = z * np.sqrt(c * (1 - c) / n + z * z / (4 * n * n))
+        return AcceptanceBound(np.minimum(1.0, (c + z * z / (2 * n) + spread) / (1 + z * z / n)))
+
     @property
     def rate(self) -> float:
         """Recent accepted over judged drafts, all positions together."""
         return self.overall[0] / self.overall[1] if self.overall[1] > 0 else 0.0
+
+
+class AcceptanceBound:
+    """A fixed acceptance by position (an AcceptanceTracker.optimistic reading), priced like a tracker."""
+
+    def __init__(self, conditional: np.ndarray):
+        self.conditional = conditional
+
+    def expected_tokens(self, k: int) -> float:
+        return expected_tokens(self.conditional, k)

@@ -22,6 +22,9 @@ class AutoKKnobs:
     min_confidence: float = 0.4
     # Passes with speculation off before a one-token probe, so a change in the text is noticed.
     probe_every_off_passes: int = 16
+    # A probe tries the source whose best k would pay most with its acceptance this many standard
+    # deviations above its estimate: the least known and most promising, not the next in turn.
+    probe_optimism: float = 1.0
 
 
 @dataclass(frozen=True)
