@@ -118,14 +118,14 @@ class Engine(Scheduler):
 
     # -- one request, start to end ---------------------------------------------------------------
 
-    def generate(self, prompt: Prompt, params: SamplingParams | None = None, k: int | str = 4, chat: bool = True,
+    def generate(self, prompt: Prompt, params: SamplingParams | None = None, k: int | str = "auto", chat: bool = True,
                  on_token: OnToken | None = None, proposer: str | None = None, verifier: str = "token",
                  tree: int = 0, grammar=None, logprobs: int | None = None,
                  logprobs_mode: str = "raw") -> GenerationOutput:
         """Generate a continuation of `prompt` (text, token ids, or chat messages).
 
-        k is the number of tokens drafted per target pass, or "auto" to adapt it per request (see
-        policy/auto_k.py); `proposer` overrides the default one for this request; on_token(token_id,
+        k is the number of tokens drafted per target pass, or "auto" (the default) to adapt it per
+        request (see policy/auto_k.py); `proposer` overrides the default one for this request; on_token(token_id,
         text_delta) is called for every emitted token; `verifier`: "token" (token by token) or
         "block" (the drafted block judged jointly, verification/block.py); `tree`: a node budget per pass for tree
         drafting (verification/tree.py; 0: a chain; k bounds the depth); `grammar`: a

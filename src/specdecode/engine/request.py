@@ -37,7 +37,7 @@ class QueueFull(RuntimeError):
 class Request:
     prompt_ids: list[int]
     params: SamplingParams = field(default_factory=SamplingParams)
-    k: int | str = 4  # tokens drafted per pass, or "auto"
+    k: int | str = "auto"  # tokens drafted per pass, or "auto" (chosen per pass: policy/auto_k.py)
     proposer: str | None = None  # None: the engine's default
     on_step: OnStep | None = None
     on_token: OnToken | None = None  # per emitted token (token id, text that became final)

@@ -102,7 +102,7 @@ class Rejected(Exception):
 SUFFIX_SCOPES = ("shared", "client", "off")
 
 
-def create_app(engine: Engine, model_name: str, default_k: int | str = 4, default_max_tokens: int = 256,
+def create_app(engine: Engine, model_name: str, default_k: int | str = "auto", default_max_tokens: int = 256,
                shutdown_grace_s: float = 30.0, suffix_scope: str = "shared", logprobs_mode: str = "raw") -> FastAPI:
     """suffix_scope: whose earlier outputs the suffix proposer drafts from: every request's
     (shared), the same client's (its API key, else its `user` field; a request with neither uses no
