@@ -157,4 +157,4 @@ if __name__ == "__main__":
 
 
 # The commands register themselves on `app`.
-from . import advise, bench, profile, run, serve  # noqa: E402,F401
+from . import advise, bench, profile, report, run, serve  # noqa: E402,F401

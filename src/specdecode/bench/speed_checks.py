@@ -1,0 +1,136 @@
+"""The speed checks of saved `specdecode bench` runs (`specdecode report DIR`), read from runs.jsonl.
+
+Per temperature: each method and k's tokens/s over all prompts, the code prompts and the rest (the
+"mix"), as total new tokens over total seconds (prefill included, as the bench's own tokens/s),
+against the fastest plain decoder of that group in the same run (ours plain, llama.cpp's own loop or
+its server, whichever was fastest), and the worst non-code category against it. Then, per proposer,
+k=auto against the best fixed k of the same proposer: the ratio of the pooled rates, and the median
+over prompts of the per-prompt ratio (one run slowed by a shared machine moves the first, hardly
+the second).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+from .methods import PLAIN_METHODS
+
+CODE = "code_completion"
+GROUPS = ("all", "mix", "code")
+
+
+class ReportError(ValueError):
+    """The folder holds no bench runs to report on."""
+
+
+def load_runs(folder: str | Path) -> list[dict]:
+    path = Path(folder) / "runs.jsonl"
+    if not path.is_file():
+        raise ReportError(f"no {path}: give the --out folder of a `specdecode bench` run")
+    try:
+        runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except json.JSONDecodeError as exc:
+        raise ReportError(f"{path} is not JSON lines ({exc}): was it written by `specdecode bench`?") from exc
+    if not runs:
+        raise ReportError(f"{path} holds no runs yet")
+    return runs
+
+
+def group_of(run: dict) -> str:
+    return "code" if run["category"] == CODE else "mix"
+
+
+def k_label(run: dict) -> str:
+    return "-" if run["k"] is None else str(run["k"])
+
+
+def pooled_rates(runs: list[dict]) -> dict[tuple[str, str, str], float]:
+    """(method, k, group or category) -> total new tokens over total seconds."""
+    sums: dict = defaultdict(lambda: [0, 0.0])
+    for r in runs:
+        for group in ("all", group_of(r), r["category"]):
+            key = (r["method"], k_label(r), group)
+            sums[key][0] += r["new_tokens"]
+            sums[key][1] += r["total_s"]
+    return {key: n / s for key, (n, s) in sums.items() if s > 0}
+
+
+def median_prompt_ratio(runs: list[dict], method: str, k: str, other_k: str, group: str) -> float | None:
+    """Median over the group's prompts of method@k's tokens/s over method@other_k's."""
+    rate = {(r["prompt_id"], k_label(r)): r["tokens_per_s"] for r in runs
+            if r["method"] == method and group in ("all", group_of(r))}
+    ratios = [rate[p, k] / rate[p, other_k] for p, kk in rate if kk == k and (p, other_k) in rate]
+    return statistics.median(ratios) if ratios else None
+
+
+def speed_checks(runs: list[dict]) -> list[dict]:
+    """One check per temperature: {"temperature", "fastest_plain", "methods", "auto_vs_fixed"}."""
+    return [checks_at(t, [r for r in runs if r["temperature"] == t])
+            for t in sorted({r["temperature"] for r in runs})]
+
+
+def checks_at(temperature: float, runs: list[dict]) -> dict:
+    rate = pooled_rates(runs)
+    categories = sorted({r["category"] for r in runs if r["category"] != CODE})
+    fastest: dict[str, tuple[str, float]] = {}
+    for group in (*GROUPS, *categories):
+        plain = [(rate[m, "-", group], m) for m in PLAIN_METHODS if (m, "-", group) in rate]
+        if plain:
+            best_rate, best = max(plain)
+            fastest[group] = (best, best_rate)
+    order = sorted({(m, k) for m, k, _ in rate}, key=lambda mk: (mk[0] not in PLAIN_METHODS, mk[0], mk[1]))
+    methods = []
+    for m, k in order:
+        vs = {g: rate[m, k, g] / fastest[g][1] for g in GROUPS if (m, k, g) in rate and g in fastest}
+        worst = min((c for c in categories if (m, k, c) in rate and c in fastest),
+                    key=lambda c: rate[m, k, c] / fastest[c][1], default=None)
+        methods.append({"method": m, "k": k, "tokens_per_s": rate[m, k, "all"], "vs_fastest_plain": vs,
+                        "worst_category": None if worst is None else
+                        {"category": worst, "vs_fastest_plain": rate[m, k, worst] / fastest[worst][1]}})
+    auto_vs_fixed = []
+    for m in sorted({m for m, k in order if k == "auto"}):
+        for group in GROUPS:
+            fixed = {k: rate[m, k, group] for mm, k in order if mm == m and k not in ("auto", "-")
+                     and (m, k, group) in rate}
+            if not fixed or (m, "auto", group) not in rate:
+                continue
+            best = max(fixed, key=fixed.get)
+            auto_vs_fixed.append({"method": m, "group": group, "auto_tokens_per_s": rate[m, "auto", group],
+                                  "best_fixed_k": best, "best_fixed_tokens_per_s": fixed[best],
+                                  "ratio": rate[m, "auto", group] / fixed[best],
+                                  "median_prompt_ratio": median_prompt_ratio(runs, m, "auto", best, group)})
+    return {"temperature": temperature, "fastest_plain": {g: {"method": m, "tokens_per_s": r}
+                                                          for g, (m, r) in fastest.items() if g in GROUPS},
+            "methods": methods, "auto_vs_fixed": auto_vs_fixed}
+
+
+def ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def markdown(checks: list[dict], source: str = "") -> str:
+    """The checks as the markdown tables docs/performance.md cites."""
+    lines: list[str] = []
+    for c in checks:
+        plain = ", ".join(f"{g} {v['method']} {v['tokens_per_s']:.2f} tok/s" for g, v in c["fastest_plain"].items())
+        lines += [f"### T = {c['temperature']:g}{f' ({source})' if source else ''}", "",
+                  f"Fastest plain decoder per group: {plain}.", "",
+                  "| method | k | tok/s all | vs fastest plain: all | mix | code | worst mix category |",
+                  "|---|---|---|---|---|---|---|"]
+        for m in c["methods"]:
+            vs, worst = m["vs_fastest_plain"], m["worst_category"]
+            lines.append(f"| {m['method']} | {m['k']} | {m['tokens_per_s']:.2f} | "
+                         + " | ".join(ratio(vs.get(g)) for g in GROUPS)
+                         + f" | {worst['category'] + ' ' + ratio(worst['vs_fastest_plain']) if worst else '-'} |")
+        if c["auto_vs_fixed"]:
+            lines += ["", "| proposer | group | k=auto tok/s | best fixed k | its tok/s | auto / best | median per prompt |",
+                      "|---|---|---|---|---|---|---|"]
+            for a in c["auto_vs_fixed"]:
+                lines.append(f"| {a['method']} | {a['group']} | {a['auto_tokens_per_s']:.2f} | {a['best_fixed_k']} | "
+                             f"{a['best_fixed_tokens_per_s']:.2f} | {ratio(a['ratio'])} | "
+                             f"{ratio(a['median_prompt_ratio'])} |")
+        lines.append("")
+    return "\n".join(lines)
