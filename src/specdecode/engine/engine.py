@@ -245,15 +245,15 @@ class Engine(Scheduler):
             r.stats.record_tree(proposal.parents, verdict.path)
         elif r.tree and proposal.tokens:
             r.stats.tree["chain_passes"] += 1
-        emitted, done = r.commit(verdict.tokens, self.target.max_context, verdict.logprobs)
+        emitted, reason = r.commit(verdict.tokens, self.target.max_context, verdict.logprobs)
         r.stats.steps.append(StepRecord(time.perf_counter() - r.submitted_at, len(proposal.tokens), verdict.accepted,
                                         len(emitted), stages))
         if r.stats.target_passes == 1:
             r.stats.ttft_s = r.stats.steps[-1].end_s
-        if done:
-            r.finish()
+        if reason is not None:
+            r.finish(reason)
         r.notify(emitted)
-        return done
+        return reason is not None
 
     # -- learnt state ----------------------------------------------------------------------------
 

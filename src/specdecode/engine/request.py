@@ -157,17 +157,20 @@ class Request:
 
         self.stream = TextStream(tokenizer, params.stop, on_token)
 
-    def commit(self, tokens: list[int], max_context: int, logprobs: list | None = None) -> tuple[list[int], bool]:
-        """Emit a verified block token by token, up to the first stop: (tokens emitted, finished);
-        `logprobs`: each token's entry, kept for the tokens emitted."""
+    def commit(self, tokens: list[int], max_context: int,
+               logprobs: list | None = None) -> tuple[list[int], str | None]:
+        """Emit a verified block token by token, up to the first stop: (tokens emitted, the finish
+        reason when a stop rule ended the request, else None); `logprobs`: each token's entry, kept
+        for the tokens emitted."""
         for position in [p for p in self._noise if p < len(self.context) + len(tokens)]:
             del self._noise[position]  # positions now emitted are never drawn again
         for n, token in enumerate(tokens, 1):
             if logprobs:
                 self.token_logprobs.append(logprobs[n - 1])
-            if self.emit(token, max_context):
-                return tokens[:n], True
-        return list(tokens), False
+            reason = self.emit(token, max_context)
+            if reason is not None:
+                return tokens[:n], reason
+        return list(tokens), None
 
     def notify(self, tokens: list[int]) -> None:
         """Hand this step's tokens and the text that became final with them to on_step."""
@@ -179,45 +182,38 @@ class Request:
             except Exception:  # a broken consumer loses its own stream, not the batch
                 self.cancelled = True
 
-    def emit(self, token: int, max_context: int) -> bool:
-        """Append one token and apply the stop rules; True when the request is finished."""
+    def emit(self, token: int, max_context: int) -> str | None:
+        """Append one token and apply the stop rules: "stop" or "length" when one ends the request."""
         self.context.append(token)
         self.generated.append(token)
         if self.penalties is not None:
             self.penalties.push(token)
-        stats = self.stats
         if self.matcher is not None and token not in self.stop_ids:
             self.matcher.commit(token)
             if self.matcher.stopped:  # the grammar is complete: nothing more may follow
                 self.stream.push(token, final=True)
-                stats.finish_reason = "stop"
-                return True
+                return "stop"
         if token in self.stop_ids:
             self.stream.push(token, final=True)
-            stats.finish_reason = "stop"
-            return True
+            return "stop"
         if self.stream.push(token):
-            stats.finish_reason = "stop"
-            return True
+            return "stop"
         if len(self.generated) >= self.params.max_new_tokens or len(self.context) + 1 > max_context:
-            stats.finish_reason = "length"
-            return True
-        return False
+            return "length"
+        return None
 
     def room(self, max_context: int) -> int:
         """Drafts this request may still take in one pass: what max_new_tokens and the context allow."""
         return max(0, min(self.params.max_new_tokens - len(self.generated) - 1, max_context - len(self.context) - 1))
 
-    def finish(self, reason: str | None = None) -> None:
-        """Close the request: by its own stop rule (reason None) or by the engine (abort, error)."""
-        stats = self.stats
-        if reason is not None:
-            stats.finish_reason = reason
-        self.text = self.stream.finish() if self.stream is not None and reason is None else \
-            (self.stream.text if self.stream is not None else "")
-        stats.total_s = time.perf_counter() - self.submitted_at
-        stats.new_tokens = len(self.generated)
-        self.finish_reason = stats.finish_reason
+    def finish(self, reason: str) -> None:
+        """Close the request: by its own stop rule ("stop", "length": the held-back text is released)
+        or by the engine ("abort", "error": the text stays what was already final)."""
+        natural = reason in ("stop", "length")
+        self.text = "" if self.stream is None else self.stream.finish() if natural else self.stream.text
+        self.stats.total_s = time.perf_counter() - self.submitted_at
+        self.stats.new_tokens = len(self.generated)
+        self.finish_reason = reason
 
 
 def check_k(k) -> None:

@@ -65,7 +65,6 @@ class GenerationStats:
     verify_s: float = 0.0
     total_s: float = 0.0
     ttft_s: float = 0.0
-    finish_reason: str = "length"
     steps: list[StepRecord] = field(default_factory=list)
 
     def record_pass(self, drafted: int, accepted: int, draft_s: float, verify_s: float,
@@ -142,7 +141,6 @@ class GenerationStats:
             "other_s": max(0.0, self.total_s - self.prefill_s - self.draft_s - self.verify_s),
             "stage_s": self.stage_seconds(),
             "total_s": self.total_s,
-            "finish_reason": self.finish_reason,
             "steps": [[round(s.end_s, 6), s.drafted, s.accepted, s.emitted] for s in self.steps],
         }
 

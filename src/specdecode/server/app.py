@@ -33,6 +33,14 @@ from .protocol import ERRORS, ChatRequest, CommonRequest, CompletionRequest, des
 from .responses import Chunks, TokenText, full_response
 
 
+# How often the server's loops look again; none changes an output, only how soon a change is seen.
+IDLE_RECHECK_S = 0.1  # an idle worker re-checks for work (a submit or cancel wakes it at once anyway)
+DRAIN_POLL_S = 0.05  # shutdown: how often it looks whether the running requests have finished
+CANCEL_POLL_S = 0.02  # shutdown: how often it looks whether the cancelled requests have left
+CANCEL_WAIT_S = 10.0  # shutdown: the most it waits for cancelled requests and the worker thread
+DISCONNECT_CHECK_S = 0.5  # a streaming response with nothing new asks this often whether its client left
+
+
 class EngineWorker:
     """The one thread that drives the engine."""
 
@@ -61,7 +69,7 @@ class EngineWorker:
         m = self.metrics
         while not self.stopping:
             if self.engine.idle():
-                self.wake.wait(0.1)
+                self.wake.wait(IDLE_RECHECK_S)
                 self.wake.clear()
                 continue
             self.engine.step()  # errors end the requests concerned, never this loop
@@ -74,18 +82,18 @@ class EngineWorker:
         """Let running requests finish for up to grace_s, then cancel the rest and stop."""
         deadline = time.monotonic() + grace_s
         while not self.engine.idle() and time.monotonic() < deadline:
-            time.sleep(0.05)
+            time.sleep(DRAIN_POLL_S)
         for row in list(self.engine.rows):
             self.engine.cancel(row)
         for req in list(self.engine.waiting):
             self.engine.cancel(req)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + CANCEL_WAIT_S
         while not self.engine.idle() and time.monotonic() < deadline:
             self.wake.set()
-            time.sleep(0.02)
+            time.sleep(CANCEL_POLL_S)
         self.stopping = True
         self.wake.set()
-        self.thread.join(timeout=10)
+        self.thread.join(timeout=CANCEL_WAIT_S)
 
 
 def error_response(status: int, message: str, kind: str = "invalid_request_error", param: str | None = None):
@@ -278,7 +286,7 @@ async def _events(reqs: list[EngineRequest], events: asyncio.Queue, request: Req
     try:
         while open_choices:
             try:
-                item = await asyncio.wait_for(events.get(), timeout=0.5)
+                item = await asyncio.wait_for(events.get(), timeout=DISCONNECT_CHECK_S)
             except asyncio.TimeoutError:
                 if await request.is_disconnected():
                     return
