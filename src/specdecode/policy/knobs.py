@@ -20,7 +20,7 @@ class AutoKKnobs:
     shrink_after_rejection: int = 1  # allowance taken away when a draft was rejected
     # A draft model drafts no further after a position where its top probability is below this.
     min_confidence: float = 0.4
-    # Passes with speculation off before a one-token probe, so a change in the text is noticed.
+    # Passes with speculation off before a probe, so a change in the text is noticed.
     probe_every_off_passes: int = 16
     # A probe tries the source whose best k would pay most with its acceptance this many standard
     # deviations above its estimate: the least known and most promising, not the next in turn.
