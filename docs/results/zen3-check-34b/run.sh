@@ -15,3 +15,6 @@ $S bench --workload code --limit 8 --max-new-tokens 64 --temperature 1 --ignore-
   --target auto --draft auto --out $OUT/code-t1
 $S report $OUT/code-t0 $OUT/mix-t0 $OUT/code-t1 > $OUT/speed_checks.md
 .venv/bin/python docs/results/zen3-check-34b/pass_ab.py > $OUT/pass_ab.txt
+$S bench --workload code --limit 8 --max-new-tokens 64 --temperature 0 --k 2,4,auto --methods plain,ngram,hybrid \
+  --target auto --draft auto --out $OUT/k-t0
+$S report $OUT/k-t0 >> $OUT/speed_checks.md
