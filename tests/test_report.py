@@ -7,14 +7,27 @@ from clirun import run_cli
 
 
 def run(method, k, prompt, category, tokens, seconds, temperature=0.0):
-    return {"method": method, "k": k, "prompt_id": prompt, "category": category, "temperature": temperature,
-            "new_tokens": tokens, "total_s": seconds, "tokens_per_s": tokens / seconds}
+    """A runs.jsonl line as `specdecode bench` writes it (bench/runner.run_record)."""
+    return {"method": method, "backend": "llamacpp", "k": k, "prompt_id": prompt, "category": category,
+            "subcategory": category, "turn": 0, "repeat": 0, "temperature": temperature, "prompt_tokens": 50,
+            "new_tokens": tokens, "total_s": seconds, "tokens_per_s": tokens / seconds, "ttft_s": 0.5,
+            "tpot_s": (seconds - 0.5) / (tokens - 1), "itl_s": [seconds / tokens] * tokens, "target_passes": tokens,
+            "drafted_tokens": 0, "accepted_tokens": 0, "drafted_per_position": [], "accepted_per_position": [],
+            "by_source": {}, "tree": {}, **engine_times(method, seconds),
+            "peak_rss_bytes": 1, "cuda_peak_bytes": None, "token_ids": list(range(tokens))}
 
 
 def write_runs(folder, runs):
     folder.mkdir(exist_ok=True)
     (folder / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
     return folder
+
+
+def engine_times(method, seconds):
+    """Our engine's methods book their stages; the peers' runs have none."""
+    ours = method in ("plain", "ngram")
+    return {name: (value if ours else None) for name, value in
+            (("draft_s", 0.0), ("verify_s", seconds), ("prefill_s", 0.0))}
 
 
 @pytest.fixture

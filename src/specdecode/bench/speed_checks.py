@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections import defaultdict
 from pathlib import Path
 
 from .methods import PLAIN_METHODS
+from .runner import aggregate
 
 CODE = "code_completion"
 GROUPS = ("all", "mix", "code")
@@ -43,67 +43,59 @@ def group_of(run: dict) -> str:
     return "code" if run["category"] == CODE else "mix"
 
 
-def k_label(run: dict) -> str:
-    return "-" if run["k"] is None else str(run["k"])
-
-
-def pooled_rates(runs: list[dict]) -> dict[tuple[str, str, str], float]:
-    """(method, k, group or category) -> total new tokens over total seconds."""
-    sums: dict = defaultdict(lambda: [0, 0.0])
-    for r in runs:
-        for group in ("all", group_of(r), r["category"]):
-            key = (r["method"], k_label(r), group)
-            sums[key][0] += r["new_tokens"]
-            sums[key][1] += r["total_s"]
-    return {key: n / s for key, (n, s) in sums.items() if s > 0}
+def k_label(k) -> str:
+    return "-" if k is None else str(k)
 
 
 def median_prompt_ratio(runs: list[dict], method: str, k: str, other_k: str, group: str) -> float | None:
     """Median over the group's prompts of method@k's tokens/s over method@other_k's."""
-    rate = {(r["prompt_id"], k_label(r)): r["tokens_per_s"] for r in runs
+    rate = {(r["prompt_id"], k_label(r["k"])): r["tokens_per_s"] for r in runs
             if r["method"] == method and group in ("all", group_of(r))}
     ratios = [rate[p, k] / rate[p, other_k] for p, kk in rate if kk == k and (p, other_k) in rate]
     return statistics.median(ratios) if ratios else None
 
 
 def speed_checks(runs: list[dict]) -> list[dict]:
-    """One check per temperature: {"temperature", "fastest_plain", "methods", "auto_vs_fixed"}."""
-    return [checks_at(t, [r for r in runs if r["temperature"] == t])
+    """One check per temperature: {"temperature", "fastest_plain", "methods", "auto_vs_fixed"}.
+    The pooled rates and the fastest plain decoder are the bench report's own (runner.aggregate),
+    over the groups (all, code, mix) and over the categories."""
+    groups = aggregate([{**r, "category": group_of(r)} for r in runs])
+    categories = [r for r in aggregate(runs) if r["category"] not in ("all", CODE)]
+    return [checks_at(t, [r for r in runs if r["temperature"] == t],
+                      [g for g in groups if g["temperature"] == t], [c for c in categories if c["temperature"] == t])
             for t in sorted({r["temperature"] for r in runs})]
 
 
-def checks_at(temperature: float, runs: list[dict]) -> dict:
-    rate = pooled_rates(runs)
-    categories = sorted({r["category"] for r in runs if r["category"] != CODE})
-    fastest: dict[str, tuple[str, float]] = {}
-    for group in (*GROUPS, *categories):
-        plain = [(rate[m, "-", group], m) for m in PLAIN_METHODS if (m, "-", group) in rate]
-        if plain:
-            best_rate, best = max(plain)
-            fastest[group] = (best, best_rate)
+def checks_at(temperature: float, runs: list[dict], groups: list[dict], categories: list[dict]) -> dict:
+    rate = {(g["method"], k_label(g["k"]), g["category"]): g for g in groups}
+    against = {(c["method"], k_label(c["k"]), c["category"]): c["speedup_vs_fastest_plain"] for c in categories
+               if c["speedup_vs_fastest_plain"] is not None}
+    fastest = {g["category"]: {"method": g["method"], "tokens_per_s": g["tokens_per_s"]} for g in groups
+               if g["k"] is None and g["method"] == g["fastest_plain"]}
     order = sorted({(m, k) for m, k, _ in rate}, key=lambda mk: (mk[0] not in PLAIN_METHODS, mk[0], mk[1]))
     methods = []
     for m, k in order:
-        vs = {g: rate[m, k, g] / fastest[g][1] for g in GROUPS if (m, k, g) in rate and g in fastest}
-        worst = min((c for c in categories if (m, k, c) in rate and c in fastest),
-                    key=lambda c: rate[m, k, c] / fastest[c][1], default=None)
-        methods.append({"method": m, "k": k, "tokens_per_s": rate[m, k, "all"], "vs_fastest_plain": vs,
+        vs = {g: rate[m, k, g]["speedup_vs_fastest_plain"] for g in GROUPS
+              if (m, k, g) in rate and rate[m, k, g]["speedup_vs_fastest_plain"] is not None}
+        worst = min(((c, x) for (mm, kk, c), x in against.items() if (mm, kk) == (m, k)),
+                    key=lambda cx: cx[1], default=None)
+        methods.append({"method": m, "k": k, "tokens_per_s": rate[m, k, "all"]["tokens_per_s"], "vs_fastest_plain": vs,
                         "worst_category": None if worst is None else
-                        {"category": worst, "vs_fastest_plain": rate[m, k, worst] / fastest[worst][1]}})
+                        {"category": worst[0], "vs_fastest_plain": worst[1]}})
     auto_vs_fixed = []
     for m in sorted({m for m, k in order if k == "auto"}):
         for group in GROUPS:
-            fixed = {k: rate[m, k, group] for mm, k in order if mm == m and k not in ("auto", "-")
-                     and (m, k, group) in rate}
+            fixed = {k: rate[m, k, group]["tokens_per_s"] for mm, k in order
+                     if mm == m and k not in ("auto", "-") and (m, k, group) in rate}
             if not fixed or (m, "auto", group) not in rate:
                 continue
             best = max(fixed, key=fixed.get)
-            auto_vs_fixed.append({"method": m, "group": group, "auto_tokens_per_s": rate[m, "auto", group],
+            auto = rate[m, "auto", group]["tokens_per_s"]
+            auto_vs_fixed.append({"method": m, "group": group, "auto_tokens_per_s": auto,
                                   "best_fixed_k": best, "best_fixed_tokens_per_s": fixed[best],
-                                  "ratio": rate[m, "auto", group] / fixed[best],
+                                  "ratio": auto / fixed[best],
                                   "median_prompt_ratio": median_prompt_ratio(runs, m, "auto", best, group)})
-    return {"temperature": temperature, "fastest_plain": {g: {"method": m, "tokens_per_s": r}
-                                                          for g, (m, r) in fastest.items() if g in GROUPS},
+    return {"temperature": temperature, "fastest_plain": {g: fastest[g] for g in GROUPS if g in fastest},
             "methods": methods, "auto_vs_fixed": auto_vs_fixed}
 
 
