@@ -21,11 +21,11 @@ def plain(gen, prompt, params):
 
 
 def test_noise_is_keyed_by_seed_and_position_alone():
-    a, b = invariant.gumbel(7, 3, 1000), invariant.gumbel(7, 3, 1000)
+    a, b = invariant.exponentials(7, 3, 1000), invariant.exponentials(7, 3, 1000)
     assert torch.equal(a, b)
-    assert not torch.equal(a, invariant.gumbel(7, 4, 1000)) and not torch.equal(a, invariant.gumbel(8, 3, 1000))
-    # Gumbel(0, 1): mean = Euler's constant, variance pi^2 / 6 (100k draws: both within a few s.e.).
-    g = invariant.gumbel(1, 0, 100_000)
+    assert not torch.equal(a, invariant.exponentials(7, 4, 1000)) and not torch.equal(a, invariant.exponentials(8, 3, 1000))
+    # g = -log E is Gumbel(0, 1): mean = Euler's constant, variance pi^2 / 6 (100k draws: both within a few s.e.).
+    g = -torch.log(invariant.exponentials(1, 0, 100_000))
     assert abs(float(g.mean()) - 0.5772) < 0.02 and abs(float(g.var()) - 1.6449) < 0.05
 
 
@@ -101,11 +101,11 @@ def test_control_noise_reused_across_positions_is_rejected(near_draft_gen, exact
     """The same noise at every position couples the tokens of a sequence: the test must catch it."""
     from test_exactness import ALPHA
 
-    real = invariant.gumbel
-    monkeypatch.setattr(invariant, "gumbel", lambda seed, position, width: real(seed, 0, width))
+    real = invariant.exponentials
+    monkeypatch.setattr(invariant, "exponentials", lambda seed, position, width: real(seed, 0, width))
     import specdecode.engine.request as request_module
 
-    monkeypatch.setattr(request_module, "gumbel", invariant.gumbel)
+    monkeypatch.setattr(request_module, "exponentials", invariant.exponentials)
     result = one_sample(joint_counts(near_draft_gen), exact, alpha=ALPHA)
     assert result.p_value < ALPHA, result
 

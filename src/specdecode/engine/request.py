@@ -11,7 +11,7 @@ import torch
 
 from ..sampling.constraints import Grammar, GrammarSpec, PenaltyCounts, apply_logit_bias, apply_mask
 from ..policy.costs import AcceptanceTracker
-from ..verification.invariant import gumbel
+from ..verification.invariant import exponentials
 from ..verification.logprobs import check_logprobs
 from ..sampling.params import InvalidParameter, SamplingParams
 from .stats import GenerationStats
@@ -97,9 +97,9 @@ class Request:
         return self.noise_seed is not None
 
     def noise(self, position: int) -> torch.Tensor:
-        """The Gumbel noise of an absolute position of this sequence (kept while it may be needed)."""
+        """The race noise (verification/invariant.py) of an absolute position of this sequence (kept while it may be needed)."""
         if position not in self._noise:
-            self._noise[position] = gumbel(self.noise_seed, position, self.vocab)
+            self._noise[position] = exponentials(self.noise_seed, position, self.vocab)
         return self._noise[position]
 
     @property

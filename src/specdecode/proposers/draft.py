@@ -8,7 +8,7 @@ import torch
 
 from ..models.backends.base import Runner
 from ..policy.knobs import TreeKnobs
-from ..verification.invariant import gumbel_argmax
+from ..verification.invariant import race_argmax
 from ..sampling.params import SamplingParams, pad_vocab, probs_from_logits, sample_from
 from .base import Proposal
 
@@ -192,8 +192,8 @@ def next_draft(logits: torch.Tensor, params: SamplingParams, generator: torch.Ge
         token, q = int(logits.argmax()), None
     else:
         q = pad_vocab(probs_from_logits(logits, params), target_vocab)
-        # Drafter-invariant sampling: the draft's Gumbel-max token under the position's shared noise.
-        token = gumbel_argmax(q, noise) if noise is not None else int(sample_from(q, generator))
+        # Drafter-invariant sampling: the draft's race winner under the position's shared noise.
+        token = race_argmax(q, noise) if noise is not None else int(sample_from(q, generator))
     sure = min_confidence <= 0 or float(torch.softmax(logits.float(), -1).max()) >= min_confidence
     return token, q, sure
 

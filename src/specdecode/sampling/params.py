@@ -180,13 +180,12 @@ def sample_from(probs: torch.Tensor, generator: torch.Generator | None = None) -
 
     argmax(w / E) with E ~ Exp(1) picks index i with probability w_i / sum(w); it needs no
     normalisation, which matters for the residual max(0, p - q) whose sum can be tiny.
-    Exponentials are drawn in float64. Rows that are all point masses (greedy decoding's p, a
-    residual left with one token) have a known winner: their argmax, with nothing drawn (a race over
-    a 150k vocabulary was most of a greedy step's time outside the model).
+    Exponentials are -log of float64 uniforms in [0, 1), so never 0 (torch's exponential_ draws the
+    same law, more slowly over a vocabulary-wide row: docs/performance.md). Rows that are all point masses
+    (greedy decoding's p, a residual left with one token) have a known winner: their argmax, with
+    nothing drawn.
     """
     if bool(((probs > 0).sum(-1) == 1).all()):
         return probs.argmax(-1)
-    noise = torch.empty(probs.shape, dtype=torch.float64, device=probs.device).exponential_(generator=generator)
-    # exponential_ can return exactly 0 in principle; 0/0 would be NaN, which argmax prefers.
-    noise.clamp_(min=torch.finfo(torch.float64).tiny)
+    noise = torch.rand(probs.shape, dtype=torch.float64, device=probs.device, generator=generator).log_().neg_()
     return (probs.double() / noise).argmax(-1)

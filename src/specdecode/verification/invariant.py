@@ -1,11 +1,12 @@
 """Drafter-invariant speculative sampling (Daliri, Musco and Suresh, 2024): a seed means the same tokens.
 
 Gumbel-max sampling draws the token at absolute position t as argmax(log p_t + g_t), with g_t
-Gumbel noise over the vocabulary. Here g_t comes from a generator keyed by (seed, t) alone, so plain
-decoding, the draft model and verification all see the same g_t at the same position, whatever the
-batch, the proposer or k:
-- the draft model drafts argmax(log q_t + g_t) (a lookup drafts whatever it likes);
-- verification accepts a draft iff it equals the target's argmax(log p_t + g_t), and emits that
+Gumbel noise over the vocabulary. With g = -log E, E ~ Exp(1), that is the exponential race
+argmax(p_t / E_t), which picks the same token without a logarithm of p or of E: the race is what
+runs. Here E_t comes from a generator keyed by (seed, t) alone, so plain decoding, the draft model and
+verification all see the same E_t at the same position, whatever the batch, the proposer or k:
+- the draft model drafts argmax(q_t / E_t) (a lookup drafts whatever it likes);
+- verification accepts a draft iff it equals the target's argmax(p_t / E_t), and emits that
   argmax at the first mismatch (or as the bonus token) (verifier.InvariantVerifier).
 Every emitted token is therefore the plain Gumbel-max token of its position: exactly distributed as
 p_t (the Gumbel-max trick), and the same sequence plain decoding with that seed produces. For a
@@ -30,14 +31,14 @@ def position_seed(seed: int, position: int) -> int:
     return z ^ (z >> 31)
 
 
-def gumbel(seed: int, position: int, width: int) -> torch.Tensor:
-    """Gumbel noise [width] (float64) for one position of one seeded sequence."""
+def exponentials(seed: int, position: int, width: int) -> torch.Tensor:
+    """The race's Exp(1) noise [width] (float64, -log of uniforms in [0, 1): never 0) for one position
+    of one seeded sequence."""
     gen = torch.Generator().manual_seed(position_seed(seed, position))
-    u = torch.rand(width, dtype=torch.float64, generator=gen).clamp_(min=torch.finfo(torch.float64).tiny)
-    return -torch.log(-torch.log(u))
+    return torch.rand(width, dtype=torch.float64, generator=gen).log_().neg_()
 
 
-def gumbel_argmax(probs: torch.Tensor, noise: torch.Tensor) -> int:
-    """argmax(log probs + noise) over one distribution; tokens of probability 0 are never chosen."""
-    scores = torch.log(probs.double()) + noise[: probs.shape[-1]]
-    return int(scores.argmax())
+def race_argmax(probs: torch.Tensor, noise: torch.Tensor) -> int:
+    """argmax(probs / noise) over one distribution, the Gumbel-max token (noise: `exponentials`);
+    tokens of probability 0 are never chosen."""
+    return int((probs.double() / noise[: probs.shape[-1]]).argmax())

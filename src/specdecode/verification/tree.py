@@ -117,7 +117,7 @@ def walk(tokens: Sequence[int], parents: Sequence[int], probs: torch.Tensor | No
 def walk_invariant(tokens: Sequence[int], parents: Sequence[int], target_probs: torch.Tensor,
                    pick: Callable[[torch.Tensor, int], int]) -> tuple[list[int], list[int]]:
     """The drafter-invariant rule over a tree: at each node the target's own token is
-    pick(p, depth) (its Gumbel-max under the position's shared noise); the child drafting that
+    pick(p, depth) (its race winner under the position's shared noise); the child drafting that
     token is accepted, and where no child does, that token is emitted. The output is the target's
     sample whatever the tree holds."""
     kids = children(parents)

@@ -20,7 +20,7 @@ import torch
 
 from ..proposers.base import Proposal
 from .block import block_rejection_sample
-from .invariant import gumbel_argmax
+from .invariant import race_argmax
 from .logprobs import logprob_rows, pick
 from .rejection import rejection_sample
 from ..sampling.params import SamplingParams, probs_from_logits
@@ -96,12 +96,12 @@ class InvariantVerifier:
     name = "invariant"
 
     def __call__(self, logits: torch.Tensor, proposal: Proposal, params: SamplingParams, noise) -> Verdict:
-        """logits [1 + len(drafts), V]; noise(i): the Gumbel noise of the i-th new position."""
+        """logits [1 + len(drafts), V]; noise(i): the race noise of the i-th new position."""
         drafts = proposal.tokens
         p = probs_from_logits(logits[: len(drafts) + 1], params)
         tokens: list[int] = []
         for i in range(len(drafts) + 1):
-            y = gumbel_argmax(p[i], noise(i))
+            y = race_argmax(p[i], noise(i))
             tokens.append(y)
             if i == len(drafts) or drafts[i] != y:
                 break
@@ -123,11 +123,11 @@ class TreeVerifier:
     def __call__(self, logits: torch.Tensor, proposal: Proposal, params: SamplingParams,
                  generator: torch.Generator | None, noise=None) -> Verdict:
         """logits [1 + nodes, V]: the target at the row's last token and at each node; noise(d):
-        the Gumbel noise of the d-th new position for a drafter-invariant row (None: the rule)."""
+        the race noise of the d-th new position for a drafter-invariant row (None: the rule)."""
         p = probs_from_logits(logits, params)
         if noise is not None:
             tokens, path = walk_invariant(proposal.tokens, proposal.parents, p,
-                                          lambda probs, depth: gumbel_argmax(probs, noise(depth)))
+                                          lambda probs, depth: race_argmax(probs, noise(depth)))
         else:
             tokens, path = walk(proposal.tokens, proposal.parents, proposal.probs, p, generator, self.residual)
         return Verdict(tokens, len(path), [], path)
