@@ -10,6 +10,8 @@
 #   suffix-mix  the same methods on Spec-Bench (2 prompts a category), T = 0 and 1
 #   suffix-edit  the code-edit sessions (--turns all), llama.cpp target (fast enough for 4 x 4 turns)
 #   suffix-serve  a suffix server fed the 40 extractions in order: first vs last quarter
+#   curve     a target pass by width on every target runtime installed (specdecode profile curve)
+#   draft-cost  a draft token per draft runtime and shortlist beside the Q4_0 target (specdecode profile draft-cost)
 # Usage: scripts/measure_all.sh OUT [STEPS...]   (default: all four)
 set -uo pipefail
 OUT=${1:-measure-out}; shift || true
@@ -45,6 +47,9 @@ for step in $STEPS; do
       $SD bench --workload repetitive --categories code_edit --turns all --max-new-tokens 192 --temperature 0,1 \
         --target llamacpp:default --methods plain,ngram,suffix --k auto --out "$OUT/suffix-edit" \
         > "$OUT/suffix-edit.log" 2>&1 ;;
+    curve) $SD profile curve --json > "$OUT/curve.json" 2> "$OUT/curve.log" ;;
+    draft-cost) $SD profile draft-cost --target llamacpp:default@q4_0 --json > "$OUT/draft-cost.json" \
+                  2> "$OUT/draft-cost.log" ;;
     suffix-serve) scripts/suffix_server.sh "$OUT/suffix-serve" > "$OUT/suffix-serve.log" 2>&1 ;;
     soak) .venv/bin/python tests/soak.py --requests 3000 --concurrency 8 > "$OUT/soak.json" 2> "$OUT/soak.log" ;;
     *) echo "unknown step $step" >&2 ;;

@@ -1,4 +1,7 @@
-"""`specdecode profile`: where a speculative pass's time goes on this machine."""
+"""`specdecode profile`: where a speculative pass's time goes on this machine (the engine's stages),
+and its subcommands for the costs the choices rest on: `curve` (a target pass by width, per runtime),
+`draft-cost` (a draft token per runtime and shortlist, with its predicted speedup) and `threads` (how
+a torch target and a llama.cpp draft share the cores)."""
 
 from __future__ import annotations
 
@@ -8,12 +11,20 @@ from typing import Optional
 import typer
 from rich.table import Table
 
+from ..sampling.params import InvalidParameter
 from . import (Device, DType, Draft, DraftDType, Proposer, Target, app, check_draft_context, DraftContext, out,
-               parse_k, sampling_from_flags)
+               parse_k, parse_list, sampling_from_flags)
 
 
-@app.command()
+profile_app = typer.Typer(no_args_is_help=False, help="Where a pass's time goes on this machine: the engine's "
+                          "stages (no subcommand), a target pass by width (curve), a draft token (draft-cost), "
+                          "thread arrangements (threads).")
+app.add_typer(profile_app, name="profile")
+
+
+@profile_app.callback(invoke_without_command=True)
 def profile(
+    ctx: typer.Context,
     target: str = Target,
     draft: str = Draft,
     proposer: str = Proposer,
@@ -32,6 +43,8 @@ def profile(
 ):
     """Time each stage of the engine's step (plan, propose, score, verify, learn, other) over a few
     prompts: ms per pass and per emitted token, read from the engine's own per-step records."""
+    if ctx.invoked_subcommand is not None:
+        return
     from ..bench.profile import STAGES, stage_profile
     from ..bench.workloads import load_workload
     from ..models.generator import SpeculativeGenerator
@@ -58,3 +71,103 @@ def profile(
     out.print(table)
     out.print(f"target {report['target']}, draft {report['draft']}; machine: {m['cpu']}, {m['cores']} cores, "
               f"{' '.join(m['flags'])}")
+
+
+def print_json_or(report: dict, as_json: bool, table: Table) -> None:
+    if as_json:
+        print(json.dumps(report, indent=1))
+        return
+    out.print(table)
+    m = report["machine"]
+    out.print(f"machine: {m['cpu']}, {m['cores']} cores, {' '.join(m['flags'])}")
+
+
+@profile_app.command("curve")
+def curve(
+    specs: Optional[list[str]] = typer.Argument(None, help="target runtimes (default: the default target on every "
+                                                "runtime installed here, as --target auto compares them)"),
+    widths: str = typer.Option("1,2,3,4,5,6,8,12,16", "--widths", help="tokens per pass, comma-separated"),
+    rounds: int = typer.Option(5, "--rounds", help="alternating rounds (the median is reported)"),
+    context: int = typer.Option(200, "--context", help="tokens of context before each pass"),
+    dtype: str = DType,
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+):
+    """A target pass of w tokens by width (and a two-branch tree where the runtime scores trees), per
+    runtime, in alternating rounds: the curve the cost model prices a proposal of k drafts by."""
+    from ..bench.curves import verify_curves
+    from ..models.backends import llamacpp
+    from ..models.target_choice import candidates
+
+    sizes = parse_list(widths, int, "--widths")
+    if min(sizes) < 1 or rounds < 1 or context < 1:
+        raise InvalidParameter("--widths, --rounds and --context take whole numbers >= 1")
+    report = verify_curves(specs or candidates(llamacpp.available()), sizes, rounds, context, dtype)
+    table = Table(title=f"ms per target pass after {context} tokens (median of {rounds} alternating rounds)")
+    table.add_column("runtime")
+    for w in sizes:
+        table.add_column(str(w), justify="right")
+    table.add_column("prefill tok/s", justify="right")
+    for spec, found in report["curves"].items():
+        table.add_row(spec, *(f"{found['chain_ms'][str(w)]:.1f}" for w in sizes), f"{found['prefill_tokens_per_s']:.0f}")
+        if found["tree_ms"]:
+            table.add_row(f"{spec} (tree)", *(f"{found['tree_ms'][str(w)]:.1f}" if str(w) in found["tree_ms"] else "-"
+                                              for w in sizes), "")
+    print_json_or(report, as_json, table)
+    if not as_json and any(spec.startswith("llamacpp:") or spec.endswith(".gguf") for spec in report["curves"]):
+        out.print(f"llama.cpp build: {llamacpp.system_info()}")
+
+
+@profile_app.command("draft-cost")
+def draft_cost(
+    drafts: Optional[list[str]] = typer.Argument(None, help="draft runtimes (default: every default-draft candidate "
+                                                 "installed here, as --draft auto compares them)"),
+    target: str = typer.Option("default", "--target", help="the target the drafts are priced against"),
+    dtype: str = DType,
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+):
+    """A one-token draft step per draft runtime and shortlist, its agreement with the target on the
+    calibration text, and the speedup the cost model predicts from both (--draft auto's measurement,
+    not cached)."""
+    from ..bench.curves import draft_costs
+    from ..models import draft_choice
+    from ..models.backends import llamacpp
+
+    report = draft_costs(target, drafts or draft_choice.candidates(llamacpp.available()), dtype)
+    table = Table(title=f"draft cost beside {target} (plain one-token pass {report['verify_ms']['1']:.1f} ms)")
+    for column in ("draft", "ms/token", "c", "greedy acc.", "T=1 acc.", "k", "predicted greedy", "k T=1",
+                   "predicted T=1"):
+        table.add_column(column, justify="left" if column == "draft" else "right")
+    for name, row in report["table"].items():
+        table.add_row(name, f"{row['draft_ms']:.2f}", f"{row['c']:.3f}", f"{row['greedy']:.0%}", f"{row['sampled']:.0%}",
+                      str(row["k_greedy"]), f"{row['speedup_greedy']:.2f}x", str(row["k_t1"]), f"{row['speedup_t1']:.2f}x")
+    print_json_or(report, as_json, table)
+    if not as_json:
+        out.print(f"best here: {report['choice']}: {report['why']}")
+
+
+@profile_app.command("threads")
+def threads(
+    target: str = typer.Option("default", "--target", help="the target (a torch one shares the cores with OpenMP)"),
+    draft: str = typer.Option("llamacpp:default@q4_0+v32k", "--draft"),
+    dtype: str = DType,
+    rounds: int = typer.Option(3, "--rounds"),
+    tokens: int = typer.Option(48, "--max-new-tokens"),
+    arrangements: Optional[str] = typer.Option(None, "--arrangements", help="comma-separated (default: all): "
+                                               "default, passive, llamacpp-1-thread, torch-1-thread"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+):
+    """The same greedy generation under each thread arrangement, each in a fresh process, taking turns
+    round by round: median decode tokens/s and draft / verify ms per pass."""
+    from ..bench.threads import thread_arrangements
+
+    if rounds < 1 or tokens < 1:
+        raise InvalidParameter("--rounds and --max-new-tokens take whole numbers >= 1")
+    names = parse_list(arrangements, str, "--arrangements") if arrangements else None
+    report = thread_arrangements(target, draft, dtype, rounds, tokens, names)
+    table = Table(title=f"{target} with draft {draft}, {rounds} rounds")
+    for column in ("arrangement", "decode tok/s", "draft ms/pass", "verify ms/pass"):
+        table.add_column(column, justify="left" if column == "arrangement" else "right")
+    for name, row in report["summary"].items():
+        table.add_row(name, f"{row['decode_tokens_per_s']:.2f}", f"{row['draft_ms_per_pass']:.1f}",
+                      f"{row['verify_ms_per_pass']:.1f}")
+    print_json_or(report, as_json, table)

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from ..policy.costs import CostCurve, best_k_at_rate
-from .timing import alternating_medians
+from .timing import alternating_medians, pass_curve
 
 AUTO = "auto"
 K_MAX = 8
@@ -81,11 +81,7 @@ def measure(target, drafts: dict, ids: list[int]) -> dict:
     target.add_rows(ids[:1])
     p_logits = target.forward([ids[1:]])[0]
 
-    def verify_pass(w):
-        target.forward([ids[:w]])
-        target.rollback([w])
-
-    verify = alternating_medians({w: (lambda w=w: verify_pass(w)) for w in range(1, K_MAX + 2)}, ROUNDS)
+    verify = {w: s for (_, w), s in pass_curve({"target": target}, ids, range(1, K_MAX + 2), ROUNDS).items()}
     target.remove_rows([0])
     found: dict[str, dict] = {}
     for name, runner in drafts.items():

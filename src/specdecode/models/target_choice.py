@@ -29,7 +29,7 @@ import torch
 
 from ..policy.costs import CostCurve, best_k_at_rate
 from . import measured
-from .timing import alternating_medians
+from .timing import alternating_medians, pass_curve
 from .draft_choice import AUTO, K_MAX, ROUNDS, STEPS, agreement, calibration_ids
 
 VERSION = 1
@@ -61,17 +61,10 @@ def measure(targets: dict, draft, ids: list[int]) -> dict:
         logits[name] = torch.cat([head, runner.forward([ids[cut:]])[0]]) if cut < len(ids) else head
         found[name] = {"prefill_tokens_per_s": round((cut - 1) / seconds, 1)}
     # The verify curve: every candidate and width in alternating rounds, after the same text.
-    tasks = {}
-    for name, runner in targets.items():
-        for w in range(1, K_MAX + 2):
-            def task(r=runner, w=w):
-                r.forward([ids[:w]])
-                r.rollback([w])
-            tasks[f"{name}|{w}"] = task
-    times = alternating_medians(tasks, ROUNDS)
+    times = pass_curve(targets, ids, range(1, K_MAX + 2), ROUNDS)
     for name, runner in targets.items():
         runner.remove_rows([0])
-        found[name]["verify_ms"] = {str(w): round(times[f"{name}|{w}"] * 1000, 3) for w in range(1, K_MAX + 2)}
+        found[name]["verify_ms"] = {str(w): round(times[(name, w)] * 1000, 3) for w in range(1, K_MAX + 2)}
     draft.add_rows(ids[:1])
     q = draft.forward([ids[1:]])[0]
 

@@ -33,3 +33,24 @@ def alternating_medians(tasks: dict[Hashable, Callable[[], None]], rounds: int, 
                 if r >= warmup_rounds:
                     times[name].append(elapsed)
     return {name: statistics.median(t) for name, t in times.items()}
+
+
+def branched(width: int) -> list[int]:
+    """Parents of a two-branch tree of `width` fed tokens (index 0 the row's last token, -1 its parent):
+    a chain that forks at the middle node, so a runner must use its tree mask to score it."""
+    return [-1] + [0 if i == width // 2 else i - 1 for i in range(1, width)]
+
+
+def pass_curve(runners: dict, ids: list[int], widths, rounds: int, trees: bool = False) -> dict:
+    """Seconds of one target pass of w tokens, per (runner name, width) and, with `trees`, per
+    (name, "tree", width) for runners that score trees (width >= 3): every runner holds one row
+    already; each pass feeds ids[:w] to it and is rolled back untimed; all in alternating rounds."""
+    tasks, widths_of = {}, {}
+    for name, runner in runners.items():
+        for w in widths:
+            tasks[(name, w)] = lambda r=runner, w=w: r.forward([ids[:w]])
+            widths_of[(name, w)] = w
+            if trees and w >= 3 and getattr(runner, "trees", False):
+                tasks[(name, "tree", w)] = lambda r=runner, w=w: r.forward([ids[:w]], parents=[branched(w)])
+                widths_of[(name, "tree", w)] = w
+    return alternating_medians(tasks, rounds, after=lambda key: runners[key[0]].rollback([widths_of[key]]))

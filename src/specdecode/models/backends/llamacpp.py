@@ -33,6 +33,13 @@ def available() -> bool:
     return True
 
 
+def system_info() -> str:
+    """The CPU features this llama.cpp build's kernels were compiled for (chosen at build time)."""
+    import llama_cpp
+
+    return llama_cpp.llama_print_system_info().decode().strip()
+
+
 def require() -> None:
     if not available():
         raise ModelError("the llama.cpp backend needs llama-cpp-python: pip install 'specdecode[llamacpp]' "
