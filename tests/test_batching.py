@@ -431,8 +431,10 @@ def test_a_row_alone_whose_draft_catch_up_does_not_pay_drafts_from_its_lookup():
     costs = costs_of(CostCurve({1: 0.10, 9: 0.11}), CostCurve({1: 0.01}))
     costs.per_draft = {"ngram3": 0.0, "draft": 0.01}
     costs.observe_catch_up(128, 0.128)  # 0.4 s to catch 400 tokens up
-    row = Request([1, 2, 3], SamplingParams(max_new_tokens=6), k="auto", proposer="hybrid")
-    row.context = list(row.prompt_ids)
+    from specdecode.engine.row import Row
+
+    row = Row(Request([1, 2, 3], SamplingParams(max_new_tokens=6), k="auto", proposer="hybrid"), None, frozenset(),
+              AcceptanceTracker(0.5), 16, deterministic_proposer=False)
     # The draft model accepts a little more than the lookup, so it is the first choice.
     row.auto = SourceChoice({"ngram3": AdaptiveK(k_max=8, acceptance=AcceptanceTracker(0.8)),
                              "draft": AdaptiveK(k_max=8, acceptance=AcceptanceTracker(0.9))})

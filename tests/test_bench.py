@@ -275,3 +275,18 @@ def test_complete_groups_keeps_prompts_that_every_point_ran():
     runs = [{"repeat": 0, "prompt_id": p, "temperature": 0, "turn": 0, "method": m} for p, m in
             [(1, "a"), (1, "b"), (2, "a")]]
     assert [r["prompt_id"] for r in complete_groups(runs, 2)] == [1, 1]
+
+
+def test_peak_memory_sees_a_block_s_peak_and_starts_each_block_afresh():
+    import numpy as np
+
+    from specdecode.bench.methods import PeakMemory
+
+    size = 400 * 2**20
+    with PeakMemory() as big:
+        buffer = np.ones(size, dtype=np.uint8)  # touched: resident
+        del buffer
+    with PeakMemory() as small:
+        np.ones(2**20, dtype=np.uint8)
+    # The 400 MB were resident inside the first block only; the second's peak starts from its own start.
+    assert big.peak - small.peak > size // 2, (big.peak, small.peak)

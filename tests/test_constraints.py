@@ -19,6 +19,7 @@ from test_exactness import ALPHA, assert_exact, exact_model_joint
 from specdecode.sampling.constraints import GrammarSpec, PenaltyCounts
 from specdecode.checks.goodness import one_sample
 from specdecode.engine.request import Request
+from specdecode.engine.row import Row
 from specdecode.sampling.params import InvalidParameter, SamplingParams
 
 N = 1500
@@ -75,7 +76,7 @@ def test_grammar_with_lookup_drafts_joint_distribution(near_draft_gen, target_mo
 
 def test_control_mask_on_the_draft_only_is_rejected(near_draft_gen, target_model, tok, monkeypatch):
     """The target's p unmasked (the verifier forgets the grammar): drafts are masked, output is not."""
-    monkeypatch.setattr(Request, "shape", lambda self, logits, drafts, parents=None: logits)
+    monkeypatch.setattr(Row, "shape", lambda self, logits, drafts, parents=None: logits)
     counts, _ = run(near_draft_gen, TOPK, grammar=REGEX)
     result = one_sample(counts, exact_joint(target_model, TOPK, masked(tok)), alpha=ALPHA)
     assert result.p_value < ALPHA, result
@@ -124,7 +125,7 @@ def test_control_penalty_counts_without_the_drafts_is_rejected(near_draft_gen, t
 
 
 def test_control_penalty_on_the_draft_only_is_rejected(near_draft_gen, target_model, monkeypatch):
-    monkeypatch.setattr(Request, "shape", lambda self, logits, drafts, parents=None: logits)
+    monkeypatch.setattr(Row, "shape", lambda self, logits, drafts, parents=None: logits)
     counts, _ = run(near_draft_gen, PENALISED)
     result = one_sample(counts, exact_joint(target_model, PENALISED, penalised), alpha=ALPHA)
     assert result.p_value < ALPHA, result

@@ -103,9 +103,9 @@ def test_control_noise_reused_across_positions_is_rejected(near_draft_gen, exact
 
     real = invariant.exponentials
     monkeypatch.setattr(invariant, "exponentials", lambda seed, position, width: real(seed, 0, width))
-    import specdecode.engine.request as request_module
+    import specdecode.engine.row as row_module
 
-    monkeypatch.setattr(request_module, "exponentials", invariant.exponentials)
+    monkeypatch.setattr(row_module, "exponentials", invariant.exponentials)
     result = one_sample(joint_counts(near_draft_gen), exact, alpha=ALPHA)
     assert result.p_value < ALPHA, result
 

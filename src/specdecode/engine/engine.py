@@ -39,6 +39,7 @@ from .config import EngineConfig
 from .drafting import propose
 from .prompts import Prompt, chat_ids, encode
 from .request import QueueFull, Request, RequestError
+from .row import Row
 from .schedule import Scheduler
 from .stats import GenerationOutput, StageClock, StepRecord
 from .step_plan import Plan, plan_rows
@@ -73,7 +74,7 @@ class Engine(Scheduler):
         self.policy = LoadPolicy(self.pass_costs, enabled=self.config.load_policy, knobs=self.config.load_cap)
         self.verifier = Verifier(self.config.reject, self.config.tree_residual)
         self._branch_like(self.config)
-        self.rows: list[Request] = []  # in the target runner's row order
+        self.rows: list[Row] = []  # the running requests' working state, in the target runner's row order
         self.waiting: deque[Request] = deque()
         self._lock = threading.Lock()
         self._grammars: GrammarCompiler | None = None
@@ -148,7 +149,7 @@ class Engine(Scheduler):
 
     @torch.inference_mode()
     def step(self) -> None:
-        self._leave([r for r in self.rows if r.cancelled], "abort")
+        self._leave([r for r in self.rows if r.request.cancelled], "abort")
         self._admit()
         if not self.rows:
             return
@@ -180,7 +181,7 @@ class Engine(Scheduler):
 
     # -- pieces of the step ----------------------------------------------------------------------
 
-    def _score(self, rows: list[Request], proposals: list[Proposal]) -> list[torch.Tensor]:
+    def _score(self, rows: list[Row], proposals: list[Proposal]) -> list[torch.Tensor]:
         """One target pass over every row's last token and its drafts; with any tree in the batch,
         every row goes as a tree (a chain is a tree with one child per node)."""
         feeds = [[r.context[-1]] + p.tokens for r, p in zip(rows, proposals)]
@@ -195,7 +196,7 @@ class Engine(Scheduler):
             return
         self.target.prune([v.kept_rows() for v in verdicts])
 
-    def _plan(self, rows: list[Request]) -> list[Plan]:
+    def _plan(self, rows: list[Row]) -> list[Plan]:
         """Each row's (source, k), then the load cap over the batch (engine/step_plan.py)."""
         plans, wanted = plan_rows(rows, self.proposers, self.policy,
                                   self.pass_costs if self.config.cost_rule else None, self.config.auto_k.k_max,
@@ -204,7 +205,7 @@ class Engine(Scheduler):
         self.counters["speculation_off_steps"] += int(self.policy.last_cap == 0 and wanted)
         return plans
 
-    def _propose(self, rows: list[Request], plans: list[Plan]) -> list[Proposal]:
+    def _propose(self, rows: list[Row], plans: list[Plan]) -> list[Proposal]:
         """Each proposer drafts for its rows; proposals are cut to their plans (engine/drafting.py)."""
         known = self.config.cost_rule and bool(self.pass_costs.verify.points)
         return propose(rows, plans, self.proposers, self.pass_costs.verify_seconds if known else None)
@@ -236,20 +237,21 @@ class Engine(Scheduler):
             if r.auto is not None and drafted:
                 r.auto.update(p.source if p.source in r.auto.rules else plan.source, drafted, v.accepted, v.chances)
 
-    def _commit(self, r: Request, proposal: Proposal, verdict: Verdict, draft_s: float, verify_s: float,
+    def _commit(self, r: Row, proposal: Proposal, verdict: Verdict, draft_s: float, verify_s: float,
                 stages: dict[str, float]) -> bool:
         """Book one verified pass for a row and emit its tokens; True when the request is finished."""
-        r.stats.record_pass(len(proposal.tokens), verdict.accepted, draft_s, verify_s, verdict.chances,
-                            proposal.source, proposal.levels)
+        stats = r.request.stats
+        stats.record_pass(len(proposal.tokens), verdict.accepted, draft_s, verify_s, verdict.chances,
+                          proposal.source, proposal.levels)
         if proposal.parents is not None:
-            r.stats.record_tree(proposal.parents, verdict.path)
+            stats.record_tree(proposal.parents, verdict.path)
         elif r.tree and proposal.tokens:
-            r.stats.tree["chain_passes"] += 1
+            stats.tree["chain_passes"] += 1
         emitted, reason = r.commit(verdict.tokens, self.target.max_context, verdict.logprobs)
-        r.stats.steps.append(StepRecord(time.perf_counter() - r.submitted_at, len(proposal.tokens), verdict.accepted,
-                                        len(emitted), stages))
-        if r.stats.target_passes == 1:
-            r.stats.ttft_s = r.stats.steps[-1].end_s
+        stats.steps.append(StepRecord(time.perf_counter() - r.request.submitted_at, len(proposal.tokens),
+                                      verdict.accepted, len(emitted), stages))
+        if stats.target_passes == 1:
+            stats.ttft_s = stats.steps[-1].end_s
         if reason is not None:
             r.finish(reason)
         r.notify(emitted)

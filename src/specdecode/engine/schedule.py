@@ -13,6 +13,7 @@ import time
 from ..sampling.constraints import GrammarCompiler
 from ..sampling.params import InvalidParameter
 from .request import QueueFull, Request
+from .row import Row
 
 log = logging.getLogger(__name__)
 
@@ -105,35 +106,37 @@ class Scheduler:
     def _join(self, group: list[Request]) -> None:
         start = time.perf_counter()
         prompt = group[0].prompt_ids
+        rows = []
         for req in group:
             proposer = self.get_proposer(req.proposer)
             req.proposer = req.proposer or self.default_proposer
-            req.start(self.tokenizer, self.eos_token_ids, self.row_acceptance(proposer.sources[0]),
+            row = Row(req, self.tokenizer, self.eos_token_ids, self.row_acceptance(proposer.sources[0]),
                       self.target.vocab_size, not proposer.uses_draft_model,
                       self.grammars().compile(req.grammar) if req.grammar is not None else None)
             if req.k == "auto":
-                req.auto = self._auto_k(proposer.sources)
+                row.auto = self._auto_k(proposer.sources)
+            rows.append(row)
         # Everything but the last prompt token is prefilled: the first pass feeds that one with the
         # first drafts, so every emitted token, the first included, goes through the same rejection step.
         self.target.add_rows(prompt[:-1], len(group))
-        by_proposer: dict[str, list[Request]] = {}
-        for req in group:
-            by_proposer.setdefault(req.proposer, []).append(req)
+        by_proposer: dict[str, list[Row]] = {}
+        for row in rows:
+            by_proposer.setdefault(row.request.proposer, []).append(row)
         try:
             for name, members in by_proposer.items():
-                if any(r.k != 0 for r in members):
+                if any(r.request.k != 0 for r in members):
                     self.proposers[name].join(members)
         except Exception:
             self.target.remove_rows(list(range(len(self.rows), len(self.rows) + len(group))))
             for name, members in by_proposer.items():
                 self.proposers[name].leave(members)
             raise
-        self.rows.extend(group)
+        self.rows.extend(rows)
         for req in group:
             req.stats.prefill_s = time.perf_counter() - start
         self.counters["admitted"] += len(group)
 
-    def _leave(self, rows: list[Request], reason: str | None) -> None:
+    def _leave(self, rows: list[Row], reason: str | None) -> None:
         """Rows leave the batch: finished by their own stop rule (reason None) or aborted."""
         if not rows:
             return
@@ -141,7 +144,7 @@ class Scheduler:
         self.target.remove_rows([b for b, r in enumerate(self.rows) if id(r) in gone])
         self.rows = [r for r in self.rows if id(r) not in gone]
         for r in rows:
-            self.proposers[r.proposer].leave([r])
+            self.proposers[r.request.proposer].leave([r])
             if reason is not None:
                 r.finish(reason)
                 self.counters["aborted"] += 1
@@ -150,9 +153,9 @@ class Scheduler:
                 self.counters["finished"] += 1
 
     def _finish_unstarted(self, req: Request, reason: str) -> None:
-        req.finish(reason)
+        req.close(reason, "")
         self.counters["aborted" if reason == "abort" else "finished"] += 1
-        req.notify([])
+        req.notify([], "")
 
     def fail_running(self, exc: BaseException) -> None:
         """A batched pass failed (a bug or out of memory): end the requests in it with an error and
@@ -166,7 +169,7 @@ class Scheduler:
         for proposer in self.proposers.values():
             proposer.clear()
         for r in rows:
-            r.error, r.exception = error, exc
+            r.request.error, r.request.exception = error, exc
             r.finish("error")
             self.counters["finished"] += 1
             r.notify([])

@@ -20,7 +20,7 @@ def plan_rows(rows, proposers: dict, policy: LoadPolicy, costs, k_max: int, limi
     draft nothing: a probe measures acceptance, and that is not worth a draft model's catch-up."""
     plans, wants = [], []
     for r in rows:
-        proposer = proposers[r.proposer]
+        proposer = proposers[r.request.proposer]
         model = proposer.uses_draft_model
         if r.auto is not None:
             reach = proposer.reach(r, k_max)
@@ -33,7 +33,7 @@ def plan_rows(rows, proposers: dict, policy: LoadPolicy, costs, k_max: int, limi
             acceptance = r.auto.rules[source].acceptance
             model = source == "draft"
         else:
-            source, k = None, r.k
+            source, k = None, r.request.k
             if len(rows) > 1:  # what the row can really draft now (a lookup may find nothing)
                 reach = proposer.reach(r, k)
                 k = min(k, max(reach.values(), default=0))
@@ -59,7 +59,7 @@ def lone_catch_up_pays(r, costs, behind: int, k: int, knobs: LoadCapKnobs) -> bo
     if behind <= knobs.probe_max_behind:
         return True
     want = RowPlan(k, r.auto.rules["draft"].acceptance, True, behind)
-    return catch_up_pays(costs, want, k, r.params.max_new_tokens - len(r.generated), knobs.catch_up_horizon)
+    return catch_up_pays(costs, want, k, r.params.max_new_tokens - len(r.request.generated), knobs.catch_up_horizon)
 
 
 def catch_up_pays(costs, want: RowPlan, k: int, remaining: int,

@@ -12,14 +12,14 @@ from ..verification.tree import chain_length, depths
 
 
 class Row(Protocol):
-    """What a proposer sees of a request in the batch."""
+    """What a proposer sees of a request in the batch (engine/row.Row)."""
 
     id: int
     context: list[int]  # prompt + everything emitted so far
     prompt_ids: list[int]
     params: SamplingParams
     generator: torch.Generator | None
-    invariant: bool  # drafter-invariant sampling: draft the Gumbel-max token of noise(position)
+    invariant: bool  # drafter-invariant sampling: draft the race winner under noise(position)
     tenant: str | None  # whose memory of earlier outputs a suffix proposer may use (None: the shared one)
     remember: bool  # False: no memory of earlier outputs is read or fed for this row
     tree: int  # node budget for tree drafting (0: a chain)
@@ -27,7 +27,7 @@ class Row(Protocol):
     shaped: bool  # its logits depend on the text so far (penalties, logit bias, a grammar)
 
     def noise(self, position: int) -> torch.Tensor:
-        """The shared Gumbel noise of an absolute position (invariant rows only)."""
+        """The shared race noise of an absolute position (invariant rows only; verification/invariant.py)."""
 
     def shape_at(self, logits: torch.Tensor, extra: list[int]) -> torch.Tensor:
         """The row's penalties, bias and grammar mask applied to logits [V'] of the position after

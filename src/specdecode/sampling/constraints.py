@@ -2,7 +2,7 @@
 
 Speculation stays exact under them only if the target's p and the draft's q at every drafted
 position are shaped by the same rule from the same text: the context plus the drafts before that
-position. So they are applied per position (`Request.shape`), on the target side in the engine's
+position. So they are applied per position (`Row.shape`, engine/row.py), on the target side in the engine's
 verify stage and on the draft side in the draft proposer, never to one side only.
 
 Grammars go through llguidance (a Rust library behind a dependency-free wheel; vLLM, SGLang and

@@ -84,7 +84,7 @@ class EngineWorker:
         while not self.engine.idle() and time.monotonic() < deadline:
             time.sleep(DRAIN_POLL_S)
         for row in list(self.engine.rows):
-            self.engine.cancel(row)
+            self.engine.cancel(row.request)
         for req in list(self.engine.waiting):
             self.engine.cancel(req)
         deadline = time.monotonic() + CANCEL_WAIT_S

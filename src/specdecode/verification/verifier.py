@@ -147,7 +147,7 @@ class Verifier:
 
     def verify(self, r, logits: torch.Tensor, proposal: Proposal) -> Verdict:
         """One row of a pass: its penalties, bias and grammar shape every position first, by the text
-        before it (as the draft's q was shaped: request.Request.shape; a tree's nodes by their own
+        before it (as the draft's q was shaped: row.Row.shape; a tree's nodes by their own
         paths); then the tree walk, the drafter-invariant rule with the noise of its positions, or the
         token-level / block rejection step with the row's own generator; the emitted tokens' logprobs
         are read from the same rows (verification/logprobs.py)."""
@@ -160,9 +160,9 @@ class Verifier:
         elif noise is not None:
             verdict = self.invariant(shaped, proposal, r.params, noise)
         else:
-            verdict = self.chain[r.verifier](shaped, proposal, r.params, r.generator)
-        if r.logprobs is not None:
+            verdict = self.chain[r.request.verifier](shaped, proposal, r.params, r.generator)
+        if r.request.logprobs is not None:
             rows = verdict.kept_rows()
-            verdict.logprobs = pick(logprob_rows(raw[rows], shaped[rows], r.params, r.logprobs_mode),
-                                    verdict.tokens, r.logprobs)
+            verdict.logprobs = pick(logprob_rows(raw[rows], shaped[rows], r.params, r.request.logprobs_mode),
+                                    verdict.tokens, r.request.logprobs)
         return verdict
