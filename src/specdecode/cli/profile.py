@@ -103,16 +103,23 @@ def curve(
         raise InvalidParameter("--widths, --rounds and --context take whole numbers >= 1")
     report = verify_curves(specs or candidates(llamacpp.available()), sizes, rounds, context, dtype)
     table = Table(title=f"ms per target pass after {context} tokens (median of {rounds} alternating rounds)")
-    table.add_column("runtime")
-    for w in sizes:
-        table.add_column(str(w), justify="right")
-    table.add_column("prefill tok/s", justify="right")
-    for spec, found in report["curves"].items():
-        table.add_row(spec, *(f"{found['chain_ms'][str(w)]:.1f}" for w in sizes), f"{found['prefill_tokens_per_s']:.0f}")
+    table.add_column("width", justify="right")
+    curves = report["curves"]
+    for spec, found in curves.items():
+        table.add_column(spec, justify="right")
         if found["tree_ms"]:
-            table.add_row(f"{spec} (tree)", *(f"{found['tree_ms'][str(w)]:.1f}" if str(w) in found["tree_ms"] else "-"
-                                              for w in sizes), "")
+            table.add_column(f"{spec} (tree)", justify="right")
+    for w in sizes:
+        cells = []
+        for found in curves.values():
+            cells.append(f"{found['chain_ms'][str(w)]:.1f}")
+            if found["tree_ms"]:
+                cells.append(f"{found['tree_ms'][str(w)]:.1f}" if str(w) in found["tree_ms"] else "-")
+        table.add_row(str(w), *cells)
     print_json_or(report, as_json, table)
+    if not as_json:
+        out.print("prefill: " + ", ".join(f"{spec} {found['prefill_tokens_per_s']:.0f} tok/s"
+                                          for spec, found in curves.items()))
     if not as_json and any(spec.startswith("llamacpp:") or spec.endswith(".gguf") for spec in report["curves"]):
         out.print(f"llama.cpp build: {llamacpp.system_info()}")
 
