@@ -45,12 +45,11 @@ def pass_curve(runners: dict, ids: list[int], widths, rounds: int, trees: bool =
     """Seconds of one target pass of w tokens, per (runner name, width) and, with `trees`, per
     (name, "tree", width) for runners that score trees (width >= 3): every runner holds one row
     already; each pass feeds ids[:w] to it and is rolled back untimed; all in alternating rounds."""
-    tasks, widths_of = {}, {}
+    tasks = {}
     for name, runner in runners.items():
         for w in widths:
             tasks[(name, w)] = lambda r=runner, w=w: r.forward([ids[:w]])
-            widths_of[(name, w)] = w
             if trees and w >= 3 and getattr(runner, "trees", False):
                 tasks[(name, "tree", w)] = lambda r=runner, w=w: r.forward([ids[:w]], parents=[branched(w)])
-                widths_of[(name, "tree", w)] = w
-    return alternating_medians(tasks, rounds, after=lambda key: runners[key[0]].rollback([widths_of[key]]))
+    # A key's last element is its width: what the pass added, and the rollback removes.
+    return alternating_medians(tasks, rounds, after=lambda key: runners[key[0]].rollback([key[-1]]))
