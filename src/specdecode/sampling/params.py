@@ -187,5 +187,9 @@ def sample_from(probs: torch.Tensor, generator: torch.Generator | None = None) -
     """
     if bool(((probs > 0).sum(-1) == 1).all()):
         return probs.argmax(-1)
-    noise = torch.rand(probs.shape, dtype=torch.float64, device=probs.device, generator=generator).log_().neg_()
-    return (probs.double() / noise).argmax(-1)
+    return (probs.double() / race_noise(probs.shape, generator, probs.device)).argmax(-1)
+
+
+def race_noise(shape, generator: torch.Generator | None = None, device=None) -> torch.Tensor:
+    """Exp(1) noise for the exponential race: -log of float64 uniforms in [0, 1), so never 0."""
+    return torch.rand(shape, dtype=torch.float64, device=device, generator=generator).log_().neg_()

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from ..sampling.params import race_noise
+
 
 _MASK = (1 << 64) - 1
 
@@ -34,8 +36,7 @@ def position_seed(seed: int, position: int) -> int:
 def exponentials(seed: int, position: int, width: int) -> torch.Tensor:
     """The race's Exp(1) noise [width] (float64, -log of uniforms in [0, 1): never 0) for one position
     of one seeded sequence."""
-    gen = torch.Generator().manual_seed(position_seed(seed, position))
-    return torch.rand(width, dtype=torch.float64, generator=gen).log_().neg_()
+    return race_noise(width, torch.Generator().manual_seed(position_seed(seed, position)))
 
 
 def race_argmax(probs: torch.Tensor, noise: torch.Tensor) -> int:
