@@ -45,7 +45,7 @@ $(STAMP): pyproject.toml Makefile
 	ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1 || CMAKE_ARGS="$(strip $(LLAMA_CMAKE_ARGS))" \
 		$(PY) -m pip wheel -q --no-deps --no-cache-dir -w $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_VERSION) $(QUIET)
 	$(PY) -m pip install -q $(LLAMA_WHEELS)/llama_cpp_python-*.whl $(QUIET)
-	$(PY) -m pip install -q -e '.[all,dev,llamacpp]' $(QUIET)
+	$(PY) -m pip install -q -e '.[all,dev,llamacpp,onnx]' $(QUIET)
 	touch $(STAMP)
 
 install: $(STAMP)

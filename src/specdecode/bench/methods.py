@@ -212,8 +212,7 @@ def make_method(name: str, gen: Engine, target_spec: str, target_model, tokenize
         if hf_target is None or (name == "hf-assisted" and hf_draft is None):
             raise ValueError(f"{name} runs transformers' generate, which needs transformers models (hf: backend)")
         return HFMethod(name, hf_target, tokenizer, eos_ids(hf_target, tokenizer), assistant=hf_draft)
-    # The same file our llama.cpp target runs (requantised or not), else the target's source GGUF.
-    gguf = target_model.gguf if backend_name(target_model) == "llamacpp" else resolve(target_spec, "target").gguf
+    gguf = peer_gguf(target_spec, target_model)
     if gguf is None:
         raise ValueError(f"{name} needs the target as a GGUF file; '{target_spec}' is not one")
     if name in LLAMA_SERVER_METHODS:
@@ -223,6 +222,24 @@ def make_method(name: str, gen: Engine, target_spec: str, target_model, tokenize
         draft_gguf = getattr(draft_model, "gguf", None) if draft_model is not None else None
         return LlamaServerMethod(name, gguf, draft_gguf or resolve("default", "draft").gguf)
     return LlamaCppMethod(name, gguf, eos_ids(target_model, tokenizer))
+
+
+def peer_gguf(target_spec: str, target_model):
+    """The GGUF llama.cpp's own loops run beside our target: the very file a llama.cpp target runs;
+    for a target on another runtime (torch, onnxruntime), its model's GGUF requantised to Q4_0, the
+    format llama.cpp decodes fastest on a CPU (llamacpp-shipped runs the file as shipped); None when
+    the model has no GGUF."""
+    from ..models.registry import resolve
+    from ..models.spec import ModelSpec
+
+    if backend_name(target_model) == "llamacpp":
+        return target_model.gguf
+    source = resolve(ModelSpec.parse(target_spec).source, "target").gguf
+    if source is None:
+        return None
+    from ..models.backends.llamacpp import requantized
+
+    return requantized(source, "q4_0")
 
 
 class TimingStreamer:

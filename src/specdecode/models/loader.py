@@ -21,6 +21,8 @@ def load(spec: str | ModelSpec, role: str, dtype: str, max_rows: int = 8, device
     backend, vocab = backend_of(spec), spec.shortlist
     if backend == "llamacpp":
         return _load_llamacpp(spec, role, max_rows, device)
+    if backend == "onnx":
+        return _load_onnx(spec, role, device)
     resolved = resolve(spec.source, role)
     if on_gpu(device) and dtype in ("int8", "w8a8"):
         raise ModelError(f"--dtype {dtype} runs on the CPU only (its int8 kernels are CPU ones): use bf16 on a GPU")
@@ -85,6 +87,24 @@ def _load_llamacpp(spec: ModelSpec, role: str, max_rows: int, device: str = "cpu
     runner = LlamaCppRunner.load(shortlist.shortlisted_gguf(gguf, ids), max_rows=max_rows + 1,
                                  embeddings=shortlist.EmbeddingTable(gguf), gpu=on_gpu(device))
     return shortlist.Shortlisted(runner, ids, full), tokenizer
+
+
+def _load_onnx(spec: ModelSpec, role: str, device: str = "cpu"):
+    """onnx:MODEL[@int4|@fp32]: the converted checkpoint exported once by onnxruntime-genai, its rows
+    run one after another (backends/onnx.py)."""
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    from .backends.onnx import OrtModel, OrtSequence, exported
+
+    if on_gpu(device):
+        raise ModelError(f"--device {device}: the onnx backend runs onnxruntime's CPU kernels; use --device cpu")
+    if spec.shortlist is not None:
+        raise ModelError(f"'{spec.text}': the vocabulary shortlist runs on the hf and llamacpp backends")
+    resolved = resolve(spec.source, role)
+    model_dir = exported(Path(resolved.path), spec.quant or "int4")
+    return SerialRunner(OrtSequence(OrtModel(model_dir))), AutoTokenizer.from_pretrained(str(resolved.path))
 
 
 def backend_of(spec: str | ModelSpec) -> str:

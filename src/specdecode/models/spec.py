@@ -2,9 +2,10 @@
 
     [BACKEND:]SOURCE[@QUANT][+vN]
 
-BACKEND  hf | hf-static | hf-compile | hf-slots | llamacpp (none: chosen by the source)
+BACKEND  hf | hf-static | hf-compile | hf-slots | llamacpp | onnx (none: chosen by the source)
 SOURCE   default | a bundled name | a directory | a .gguf file | a Hugging Face id in the local cache
-QUANT    llama.cpp only: the GGUF requantised once by llama.cpp (q4_0, q8_0, ...)
+QUANT    llama.cpp: the GGUF requantised once by llama.cpp (q4_0, q8_0, ...);
+         onnx: the export's precision (int4, the default; fp32, the runtime's exact mode)
 +vN      drafts only: the vocabulary cut to a shortlist of N tokens (+v32k = 32,768)
 """
 
@@ -14,9 +15,10 @@ from dataclasses import dataclass
 
 from .cache import ModelError
 
-BACKENDS = ("hf", "hf-static", "hf-compile", "hf-slots", "llamacpp")
+BACKENDS = ("hf", "hf-static", "hf-compile", "hf-slots", "llamacpp", "onnx")
 # llama.cpp's file types for requantisation: a cheaper draft reads fewer bytes per token;
 # acceptance tells whether it still agrees with the target.
+ONNX_PRECISIONS = ("int4", "fp32")  # the onnx export: int4 weights (its fast path), or fp32 (its exact mode)
 QUANTS = {"q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q4_k_m": 15, "q5_k_m": 17, "q6_k": 18}
 
 
@@ -42,6 +44,8 @@ class ModelSpec:
         quant = None
         if backend == "llamacpp":
             rest, quant = split_quant(rest)
+        elif backend == "onnx":
+            rest, quant = split_quant(rest, ONNX_PRECISIONS, "onnx precision")
         return cls(text, backend, rest, quant, shortlist)
 
     def for_role(self, role: str) -> "ModelSpec":
@@ -52,14 +56,14 @@ class ModelSpec:
         return self
 
 
-def split_quant(name: str) -> tuple[str, str | None]:
+def split_quant(name: str, known=QUANTS, what: str = "llama.cpp quantisation") -> tuple[str, str | None]:
     """'default@q4_0' -> ('default', 'q4_0'); a name without '@' has no requantisation."""
     base, sep, quant = name.rpartition("@")
     if not sep:
         return name, None
     quant = quant.lower()
-    if quant not in QUANTS:
-        raise ModelError(f"unknown llama.cpp quantisation '{quant}': choose one of {', '.join(QUANTS)}")
+    if quant not in known:
+        raise ModelError(f"unknown {what} '{quant}': choose one of {', '.join(known)}")
     return base, quant
 
 

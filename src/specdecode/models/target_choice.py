@@ -6,7 +6,7 @@ faster on llama.cpp's quantised kernels than on torch bf16, but llama.cpp's veri
 its width on a few cores while torch's stays nearly flat, and which effect wins depends on the CPU
 (AMX, AVX-512 BF16, cores, memory bandwidth). Neither is knowable from the flags, so both are
 measured, for every runtime this installation has (torch; llama.cpp as shipped and requantised to
-Q4_0):
+Q4_0; onnxruntime's int4 export with the onnx extra):
 
 - **cost**: the target's verify pass at widths 1 .. K_MAX + 1 after the calibration text, timed in
   alternating rounds across the candidates, and its prefill rate over that text;
@@ -36,9 +36,17 @@ VERSION = 1
 PREFILL_TOKENS = 256  # of the calibration text, for the prefill rate
 
 
-def candidates(llamacpp_available: bool) -> list[str]:
+def candidates(llamacpp_available: bool, onnx_available: bool = False) -> list[str]:
     """The default target on every runtime this installation has."""
-    return ["hf:default", *(["llamacpp:default", "llamacpp:default@q4_0"] if llamacpp_available else [])]
+    return ["hf:default", *(["llamacpp:default", "llamacpp:default@q4_0"] if llamacpp_available else []),
+            *(["onnx:default"] if onnx_available else [])]
+
+
+def installed() -> list[str]:
+    """candidates() for what this installation has."""
+    from .backends import llamacpp, onnx
+
+    return candidates(llamacpp.available(), onnx.available())
 
 
 def reference_draft(llamacpp_available: bool) -> str:
@@ -116,7 +124,7 @@ def choose(dtype: str, cache: Path | None = None, log=None) -> dict:
     from .registry import ModelError
 
     available = llamacpp.available()
-    names, ref = candidates(available), reference_draft(available)
+    names, ref = installed(), reference_draft(available)
     path = measured.cache_file("target", [VERSION, names, ref, dtype], cache)
     if (found := measured.read(path)) is not None:
         return found
@@ -144,4 +152,4 @@ def cached(cache: Path | None = None) -> list[dict]:
     return measured.cached("target", cache)
 
 
-__all__ = ["AUTO", "candidates", "choose", "decide", "measure", "reference_draft"]
+__all__ = ["AUTO", "candidates", "installed", "choose", "decide", "measure", "reference_draft"]
