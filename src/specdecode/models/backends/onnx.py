@@ -6,8 +6,8 @@ Why it is here: on a CPU a speculative pass of w tokens costs what its matmuls c
 cost grows about linearly with w where onnxruntime's int4 kernels grow more slowly, so the same
 drafts buy more (`specdecode profile curve onnx:default llamacpp:default@q4_0` measures both here).
 
-One row is one sequence (OrtSequence, the SequenceRunner protocol): its past keys and values are
-arrays the model takes in and hands back longer; a rollback slices them. Rows run one after another
+One row is one sequence (OrtSequence, the SequenceRunner protocol) with its own key/value buffers,
+written in place; a rollback shortens the attention mask. Rows run one after another
 (backends.serial.SerialRunner), so a row's logits never depend on another row.
 """
 
@@ -108,20 +108,29 @@ class OrtModel:
         self.past = [i.name for i in self.session.get_inputs() if i.name.startswith("past_key_values")]
         self.dtype = np.float16 if "float16" in self.session.get_inputs()[-1].type else np.float32
 
-    def empty_cache(self) -> dict[str, np.ndarray]:
-        return {name: np.zeros((1, self.heads, 0, self.head_dim), dtype=self.dtype) for name in self.past}
+    def buffers(self, capacity: int) -> dict[str, np.ndarray]:
+        return {name: np.zeros((1, self.heads, capacity, self.head_dim), dtype=self.dtype) for name in self.past}
 
 
 class OrtSequence:
-    """One row: the SequenceRunner protocol over a shared OrtModel."""
+    """One row: the SequenceRunner protocol over a shared OrtModel.
+
+    The cache is a preallocated buffer per layer, bound as both the past input and the present output
+    of each pass, so the attention op writes the new positions in place (its shared-buffer mode)
+    instead of handing back a longer copy. The attention mask's length says how many positions are
+    real: a rollback shortens it, and the stale entries past it are overwritten by the next pass.
+    The buffer doubles when a pass would not fit."""
 
     backend = "onnxruntime"
+    initial_capacity = 512
 
     def __init__(self, model: OrtModel):
         self.model = model
         self.vocab_size = model.vocab_size
         self.max_context = model.max_context
-        self.cache = model.empty_cache()
+        self.capacity = 0
+        self.cache: dict[str, np.ndarray] = {}
+        self.values: dict = {}
         self._length = 0
 
     @property
@@ -129,26 +138,41 @@ class OrtSequence:
         return self._length
 
     def reset(self) -> None:
-        self.cache = self.model.empty_cache()
         self._length = 0
 
     def spawn(self) -> "OrtSequence":
         return OrtSequence(self.model)
 
+    def _reserve(self, needed: int) -> None:
+        if needed <= self.capacity:
+            return
+        import onnxruntime as ort
+
+        capacity = max(self.capacity, self.initial_capacity)
+        while capacity < needed:
+            capacity *= 2
+        grown = self.model.buffers(min(capacity, self.max_context))
+        for name, old in self.cache.items():
+            grown[name][:, :, : self._length] = old[:, :, : self._length]
+        self.cache, self.capacity = grown, grown[self.model.past[0]].shape[2]
+        self.values = {name: ort.OrtValue.ortvalue_from_numpy(array) for name, array in grown.items()}
+
     def forward(self, tokens: list[int], all_logits: bool = False) -> torch.Tensor:
-        if self._length + len(tokens) > self.max_context:
-            raise ValueError(f"{self._length + len(tokens)} tokens exceed the model's context of {self.max_context}")
-        ids = np.asarray([tokens], dtype=np.int64)
-        mask = np.ones((1, self._length + len(tokens)), dtype=np.int64)
-        out = self.model.session.run(None, {"input_ids": ids, "attention_mask": mask, **self.cache})
-        for name, value in zip(self.model.outputs, out):
-            if name.startswith("present"):
-                self.cache[name.replace("present", "past_key_values")] = value
-        self._length += len(tokens)
-        logits = torch.from_numpy(out[self.model.outputs.index("logits")][0])
+        total = self._length + len(tokens)
+        if total > self.max_context:
+            raise ValueError(f"{total} tokens exceed the model's context of {self.max_context}")
+        self._reserve(total)
+        binding = self.model.session.io_binding()
+        binding.bind_cpu_input("input_ids", np.asarray([tokens], dtype=np.int64))
+        binding.bind_cpu_input("attention_mask", np.ones((1, total), dtype=np.int64))
+        for name, value in self.values.items():
+            binding.bind_ortvalue_input(name, value)
+            binding.bind_ortvalue_output(name.replace("past_key_values", "present"), value)
+        binding.bind_output("logits")
+        self.model.session.run_with_iobinding(binding)
+        self._length = total
+        logits = torch.from_numpy(binding.get_outputs()[-1].numpy()[0])
         return (logits if all_logits else logits[-1:]).float()
 
     def truncate(self, length: int) -> None:
-        if length < self._length:
-            self.cache = {name: np.ascontiguousarray(value[:, :, :length]) for name, value in self.cache.items()}
-            self._length = length
+        self._length = min(self._length, length)
