@@ -95,12 +95,13 @@ def curve(
     """A target pass of w tokens by width (and a two-branch tree where the runtime scores trees), per
     runtime, in alternating rounds: the curve the cost model prices a proposal of k drafts by."""
     from ..bench.curves import verify_curves
-    from ..models.target_choice import installed
+    from ..models.backends import llamacpp
+    from ..models.target_choice import candidates
 
     sizes = parse_list(widths, int, "--widths")
     if min(sizes) < 1 or rounds < 1 or context < 1:
         raise InvalidParameter("--widths, --rounds and --context take whole numbers >= 1")
-    report = verify_curves(specs or installed(), sizes, rounds, context, dtype)
+    report = verify_curves(specs or candidates(llamacpp.available()), sizes, rounds, context, dtype)
     table = Table(title=f"ms per target pass after {context} tokens (median of {rounds} alternating rounds)")
     table.add_column("width", justify="right")
     curves = report["curves"]
@@ -120,8 +121,6 @@ def curve(
         out.print("prefill: " + ", ".join(f"{spec} {found['prefill_tokens_per_s']:.0f} tok/s"
                                           for spec, found in curves.items()))
     if not as_json and any(spec.startswith("llamacpp:") or spec.endswith(".gguf") for spec in report["curves"]):
-        from ..models.backends import llamacpp
-
         out.print(f"llama.cpp build: {llamacpp.system_info()}")
 
 

@@ -36,17 +36,14 @@ VERSION = 1
 PREFILL_TOKENS = 256  # of the calibration text, for the prefill rate
 
 
-def candidates(llamacpp_available: bool, onnx_available: bool = False) -> list[str]:
-    """The default target on every runtime this installation has."""
+def candidates(llamacpp_available: bool, onnx_available: bool | None = None) -> list[str]:
+    """The default target on every runtime this installation has (onnx_available: None, look)."""
+    if onnx_available is None:
+        from .backends import onnx
+
+        onnx_available = onnx.available()
     return ["hf:default", *(["llamacpp:default", "llamacpp:default@q4_0"] if llamacpp_available else []),
             *(["onnx:default"] if onnx_available else [])]
-
-
-def installed() -> list[str]:
-    """candidates() for what this installation has."""
-    from .backends import llamacpp, onnx
-
-    return candidates(llamacpp.available(), onnx.available())
 
 
 def reference_draft(llamacpp_available: bool) -> str:
@@ -124,7 +121,7 @@ def choose(dtype: str, cache: Path | None = None, log=None) -> dict:
     from .registry import ModelError
 
     available = llamacpp.available()
-    names, ref = installed(), reference_draft(available)
+    names, ref = candidates(available), reference_draft(available)
     path = measured.cache_file("target", [VERSION, names, ref, dtype], cache)
     if (found := measured.read(path)) is not None:
         return found
@@ -152,4 +149,4 @@ def cached(cache: Path | None = None) -> list[dict]:
     return measured.cached("target", cache)
 
 
-__all__ = ["AUTO", "candidates", "installed", "choose", "decide", "measure", "reference_draft"]
+__all__ = ["AUTO", "candidates", "choose", "decide", "measure", "reference_draft"]
