@@ -1,5 +1,5 @@
 """The onnx backend (onnxruntime over an onnxruntime-genai export): the same logits as uncached
-forwards through extend, rollback, buffer growth and reset; rows independent; greedy speculation equals plain in
+forwards through extend, rollback, buffer growth and reset; rows independent in one batched pass; greedy speculation equals plain in
 its exact mode (fp32); `verify` passes on it and catches the naive residual; clear errors."""
 
 import pytest
@@ -35,13 +35,35 @@ def tiny_spec(exported_tiny, monkeypatch):
     return f"onnx:{root / 'tiny'}@fp32", model
 
 
-def test_onnx_rows_equal_uncached_forwards_through_rollback_growth_and_reset(tiny_spec, monkeypatch):
+class OneRow:
+    """A one-row runner seen as one sequence (the static runner's test script drives that)."""
+
+    def __init__(self, runner):
+        self.runner = runner
+        runner.add_rows([])
+
+    @property
+    def length(self):
+        return self.runner.length(0)
+
+    def forward(self, tokens, all_logits=False):
+        return self.runner.forward([tokens], last_only=not all_logits)[0]
+
+    def truncate(self, length):
+        self.runner.rollback([self.length - length])
+
+    def reset(self):
+        self.runner.remove_rows([0])
+        self.runner.add_rows([])
+
+
+def test_onnx_row_equals_uncached_forwards_through_rollback_growth_and_reset(tiny_spec, monkeypatch):
     text, model = tiny_spec
-    monkeypatch.setattr(onnx.OrtSequence, "initial_capacity", 8)  # grows 8 -> 16 -> 32 inside the script
+    monkeypatch.setattr(onnx.OrtRunner, "initial_capacity", 8)  # grows 8 -> 16 -> 32 inside the script
     runner, _ = load(text, "target", "fp32")
     assert runner.backend == "onnxruntime"
-    got, length = script(runner.first)
-    assert length == 4 and runner.first.capacity == 32
+    got, length = script(OneRow(runner))
+    assert length == 4 and runner.capacity == 32
     for want, have in zip(reference_script(model), got):
         assert want.shape == have.shape
         torch.testing.assert_close(want, have, rtol=1e-4, atol=1e-4)
@@ -50,24 +72,36 @@ def test_onnx_rows_equal_uncached_forwards_through_rollback_growth_and_reset(tin
     assert not torch.allclose(other[0], got[0], atol=1e-3)
 
 
-def test_onnx_export_is_cached_and_rows_do_not_see_each_other(tiny_spec, exported_tiny, monkeypatch):
+def test_onnx_export_is_cached_and_rows_in_one_pass_do_not_see_each_other(tiny_spec, exported_tiny, monkeypatch):
     text, model = tiny_spec
-    # Row 0 outgrows its first buffer in the pass below: what it held is carried into the new one.
-    monkeypatch.setattr(onnx.OrtSequence, "initial_capacity", 4)
+    # Rows outgrow their first buffers in the passes below: what they held is carried over.
+    monkeypatch.setattr(onnx.OrtRunner, "initial_capacity", 4)
     runner, _ = load(text, "target", "fp32")
     stamp = next((exported_tiny[0] / "cache" / "onnx").iterdir()) / ".complete"
     before = stamp.stat().st_mtime_ns
     load(text, "target", "fp32")  # a second load reuses the export
     assert stamp.stat().st_mtime_ns == before
+
+    def same(got, seq, n):
+        torch.testing.assert_close(got, tiny.reference_logits(model, seq, n), rtol=1e-4, atol=1e-4)
+
     runner.add_rows([5, 6, 7])
-    runner.add_rows([9, 9], count=2)
-    out = runner.forward([[8, 1, 2], [3], []])
-    assert [o.shape[0] for o in out] == [3, 1, 0] and runner.runners[0].capacity == 8
-    torch.testing.assert_close(out[0], tiny.reference_logits(model, [5, 6, 7, 8, 1, 2], 3), rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(out[1], tiny.reference_logits(model, [9, 9, 3], 1), rtol=1e-4, atol=1e-4)
+    runner.add_rows([9, 9], count=2)  # prefilled once, copied to the second row
+    out = runner.forward([[8, 1, 2], [3], []])  # wider than one token: row by row
+    assert [o.shape[0] for o in out] == [3, 1, 0] and runner.capacity == 8
+    same(out[0], [5, 6, 7, 8, 1, 2], 3)
+    same(out[1], [9, 9, 3], 1)
     runner.rollback([2, 0, 0])
-    runner.remove_rows([1])
-    assert [runner.length(r) for r in range(runner.rows)] == [4, 2]
+    out = runner.forward([[4], [], [1]])  # one batched pass; the row between fed nothing keeps its length
+    same(out[0], [5, 6, 7, 8, 4], 1)
+    same(out[2], [9, 9, 1], 1)
+    assert out[1].shape[0] == 0 and runner.length(1) == 3
+    same(runner.forward([[], [4], []])[1], [9, 9, 3, 4], 1)
+    runner.remove_rows([0])
+    out = runner.forward([[6], [6]])
+    same(out[0], [9, 9, 3, 4, 6], 1)
+    same(out[1], [9, 9, 1, 6], 1)
+    assert [runner.length(b) for b in range(runner.rows)] == [5, 4]
 
 
 def test_greedy_speculation_over_onnx_equals_plain(tiny_spec, tok):

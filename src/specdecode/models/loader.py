@@ -90,13 +90,13 @@ def _load_llamacpp(spec: ModelSpec, role: str, max_rows: int, device: str = "cpu
 
 
 def _load_onnx(spec: ModelSpec, role: str, device: str = "cpu"):
-    """onnx:MODEL[@int4|@fp32]: the converted checkpoint exported once by onnxruntime-genai, its rows
-    run one after another (backends/onnx.py)."""
+    """onnx:MODEL[@int4|@fp32]: the converted checkpoint exported once by onnxruntime-genai, every row
+    scored in one pass (backends/onnx.py)."""
     from pathlib import Path
 
     from transformers import AutoTokenizer
 
-    from .backends.onnx import OrtModel, OrtSequence, exported
+    from .backends.onnx import OrtModel, OrtRunner, exported
 
     if on_gpu(device):
         raise ModelError(f"--device {device}: the onnx backend runs onnxruntime's CPU kernels; use --device cpu")
@@ -104,7 +104,7 @@ def _load_onnx(spec: ModelSpec, role: str, device: str = "cpu"):
         raise ModelError(f"'{spec.text}': the vocabulary shortlist runs on the hf and llamacpp backends")
     resolved = resolve(spec.source, role)
     model_dir = exported(Path(resolved.path), spec.quant or "int4")
-    return SerialRunner(OrtSequence(OrtModel(model_dir))), AutoTokenizer.from_pretrained(str(resolved.path))
+    return OrtRunner(OrtModel(model_dir)), AutoTokenizer.from_pretrained(str(resolved.path))
 
 
 def backend_of(spec: str | ModelSpec) -> str:

@@ -6,9 +6,9 @@ Why it is here: on a CPU a speculative pass of w tokens costs what its matmuls c
 cost grows about linearly with w where onnxruntime's int4 kernels grow more slowly, so the same
 drafts buy more (`specdecode profile curve onnx:default llamacpp:default@q4_0` measures both here).
 
-One row is one sequence (OrtSequence, the SequenceRunner protocol) with its own key/value buffers,
-written in place; a rollback shortens the attention mask. Rows run one after another
-(backends.serial.SerialRunner), so a row's logits never depend on another row.
+OrtRunner holds many rows in one batch, its key/value buffers written in place by the attention op;
+one-token steps of every row run as one pass, wider (verify) passes row by row; a rollback shortens
+a row's attention mask.
 """
 
 from __future__ import annotations
@@ -108,71 +108,130 @@ class OrtModel:
         self.past = [i.name for i in self.session.get_inputs() if i.name.startswith("past_key_values")]
         self.dtype = np.float16 if "float16" in self.session.get_inputs()[-1].type else np.float32
 
-    def buffers(self, capacity: int) -> dict[str, np.ndarray]:
-        return {name: np.zeros((1, self.heads, capacity, self.head_dim), dtype=self.dtype) for name in self.past}
+    def buffers(self, slots: int, capacity: int) -> dict[str, np.ndarray]:
+        return {name: np.zeros((slots, self.heads, capacity, self.head_dim), dtype=self.dtype) for name in self.past}
 
 
-class OrtSequence:
-    """One row: the SequenceRunner protocol over a shared OrtModel.
+class OrtRunner:
+    """Many rows in one batch (the Runner protocol): one pass scores every row's next token, and a
+    pass of several tokens per row runs row by row (onnxruntime's attention takes a cache and several
+    new tokens for one row at a time).
 
-    The cache is a preallocated buffer per layer, bound as both the past input and the present output
-    of each pass, so the attention op writes the new positions in place (its shared-buffer mode)
-    instead of handing back a longer copy. The attention mask's length says how many positions are
-    real: a rollback shortens it, and the stale entries past it are overwritten by the next pass.
-    The buffer doubles when a pass would not fit."""
+    Each layer's keys and values live in one preallocated buffer [slots, heads, capacity, head_dim],
+    row b in slot b, bound as both the past input and the present output of a pass, so the attention
+    op writes the new positions in place (its shared-buffer mode) instead of handing back a longer
+    copy. In a batched pass, rows between the first and last fed one that are fed nothing carry one
+    padding token whose position is given back at once (a row's length counts its real tokens only;
+    the next pass overwrites the rest). The attention mask marks each row's real positions, so a row
+    never attends to another row's or to stale entries; a rollback shortens a row's length. Buffers double
+    (positions or slots) when a pass or a new row would not fit; a leaving row's slot is filled by
+    moving the rows after it down."""
 
     backend = "onnxruntime"
-    initial_capacity = 512
+    max_rows = None
+    initial_capacity = 256
 
     def __init__(self, model: OrtModel):
         self.model = model
         self.vocab_size = model.vocab_size
         self.max_context = model.max_context
+        self.lengths: list[int] = []
         self.capacity = 0
         self.cache: dict[str, np.ndarray] = {}
-        self.values: dict = {}
-        self._length = 0
 
     @property
-    def length(self) -> int:
-        return self._length
+    def rows(self) -> int:
+        return len(self.lengths)
 
-    def reset(self) -> None:
-        self._length = 0
+    def length(self, row: int) -> int:
+        return self.lengths[row]
 
-    def spawn(self) -> "OrtSequence":
-        return OrtSequence(self.model)
-
-    def _reserve(self, needed: int) -> None:
-        if needed <= self.capacity:
+    def _reserve(self, slots: int, positions: int) -> None:
+        """Buffers for at least `slots` rows of `positions` positions, keeping what the rows hold."""
+        have = next(iter(self.cache.values())).shape[0] if self.cache else 0
+        if slots <= have and positions <= self.capacity:
             return
+        capacity = max(self.capacity, self.initial_capacity)
+        while capacity < positions:
+            capacity *= 2
+        capacity = min(capacity, self.max_context)
+        grown = self.model.buffers(have if slots <= have else max(slots, 2 * have), capacity)
+        keep = max(self.lengths, default=0)
+        for name, old in self.cache.items():
+            grown[name][: old.shape[0], :, :keep] = old[:, :, :keep]
+        self.cache, self.capacity = grown, capacity
+
+    def add_rows(self, prefix: list[int], count: int = 1) -> None:
+        if count <= 0:
+            return
+        if len(prefix) > self.max_context:
+            raise ValueError(f"{len(prefix)} tokens exceed the model's context of {self.max_context}")
+        first = self.rows
+        self._reserve(first + count, len(prefix))
+        self.lengths += [0] * count
+        if prefix:
+            self._run([(first, prefix)], last_only=True)
+            for name, buf in self.cache.items():  # prefilled once, copied to the other new rows
+                buf[first + 1: first + count, :, : len(prefix)] = buf[first, :, : len(prefix)]
+            for b in range(first + 1, first + count):
+                self.lengths[b] = len(prefix)
+
+    def forward(self, feeds: list[list[int]], last_only: bool = False) -> list[torch.Tensor]:
+        if len(feeds) != self.rows:
+            raise ValueError(f"expected {self.rows} rows, got {len(feeds)}")
+        fed = [(b, feed) for b, feed in enumerate(feeds) if feed]
+        out = [torch.zeros((0, self.vocab_size)) for _ in feeds]
+        # onnxruntime's attention takes several rows in one pass only one token each (with a cache,
+        # a wider pass must be one row): one-token steps are batched, wider ones run row by row.
+        passes = [fed] if all(len(feed) == 1 for _, feed in fed) else [[row] for row in fed]
+        for group in passes if fed else []:
+            for (b, _), logits in zip(group, self._run(group, last_only)):
+                out[b] = logits
+        return out
+
+    def _run(self, fed: list[tuple[int, list[int]]], last_only: bool) -> list[torch.Tensor]:
+        """One pass over the slots from the first fed row to the last (rows between them that are
+        fed nothing carry padding only); per fed row, its logits."""
         import onnxruntime as ort
 
-        capacity = max(self.capacity, self.initial_capacity)
-        while capacity < needed:
-            capacity *= 2
-        grown = self.model.buffers(min(capacity, self.max_context))
-        for name, old in self.cache.items():
-            grown[name][:, :, : self._length] = old[:, :, : self._length]
-        self.cache, self.capacity = grown, grown[self.model.past[0]].shape[2]
-        self.values = {name: ort.OrtValue.ortvalue_from_numpy(array) for name, array in grown.items()}
-
-    def forward(self, tokens: list[int], all_logits: bool = False) -> torch.Tensor:
-        total = self._length + len(tokens)
-        if total > self.max_context:
-            raise ValueError(f"{total} tokens exceed the model's context of {self.max_context}")
-        self._reserve(total)
+        lo, hi = fed[0][0], fed[-1][0] + 1
+        width = max(len(feed) for _, feed in fed)
+        for b, feed in fed:
+            if self.lengths[b] + len(feed) > self.max_context:
+                raise ValueError(f"{self.lengths[b] + len(feed)} tokens exceed the model's context of "
+                                 f"{self.max_context}")
+        self._reserve(hi, max(self.lengths[lo:hi]) + width)
+        ids = np.zeros((hi - lo, width), dtype=np.int64)
+        real = [0] * (hi - lo)
+        for b, feed in fed:
+            ids[b - lo, : len(feed)] = feed
+            real[b - lo] = len(feed)
+        past = np.asarray(self.lengths[lo:hi])
+        mask = (np.arange(int(past.max()) + width)[None, :] < (past + width)[:, None]).astype(np.int64)
         binding = self.model.session.io_binding()
-        binding.bind_cpu_input("input_ids", np.asarray([tokens], dtype=np.int64))
-        binding.bind_cpu_input("attention_mask", np.ones((1, total), dtype=np.int64))
-        for name, value in self.values.items():
+        binding.bind_cpu_input("input_ids", ids)
+        binding.bind_cpu_input("attention_mask", mask)
+        for name, buf in self.cache.items():
+            value = ort.OrtValue.ortvalue_from_numpy(buf[lo:hi])  # a view: the pass writes into the buffer
             binding.bind_ortvalue_input(name, value)
             binding.bind_ortvalue_output(name.replace("past_key_values", "present"), value)
         binding.bind_output("logits")
         self.model.session.run_with_iobinding(binding)
-        self._length = total
-        logits = torch.from_numpy(binding.get_outputs()[-1].numpy()[0])
-        return (logits if all_logits else logits[-1:]).float()
+        logits = torch.from_numpy(binding.get_outputs()[-1].numpy())
+        for b, feed in fed:
+            self.lengths[b] += len(feed)
+        return [(logits[b - lo, len(feed) - 1: len(feed)] if last_only else logits[b - lo, : len(feed)]).float()
+                for b, feed in fed]
 
-    def truncate(self, length: int) -> None:
-        self._length = min(self._length, length)
+    def rollback(self, drop: list[int]) -> None:
+        for b, d in enumerate(drop):
+            self.lengths[b] -= d
+
+    def remove_rows(self, rows: list[int]) -> None:
+        gone = set(rows)
+        keep = [b for b in range(self.rows) if b not in gone]
+        for slot, b in enumerate(keep):
+            if slot != b:
+                for buf in self.cache.values():
+                    buf[slot, :, : self.lengths[b]] = buf[b, :, : self.lengths[b]]
+        self.lengths = [self.lengths[b] for b in keep]
