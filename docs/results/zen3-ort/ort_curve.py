@@ -1,5 +1,6 @@
 """ONNX Runtime (MatMulNBits int4, accuracy level 4) against llama.cpp Q4_0 on the default target:
-one pass of w tokens after 200 tokens of context, full model with attention, in alternating rounds.
+one pass of w tokens after 200 tokens of context, full model with attention, and a pass over 4 such
+rows, through the runners the engine uses, in alternating rounds.
 
 The ONNX model is exported offline from the converted checkpoint with onnxruntime-genai's model
 builder (see README.md here). Usage: python ort_curve.py ONNX_DIR [ROUNDS] > ort_curve.json
@@ -9,63 +10,26 @@ import json
 import sys
 import time
 
+from pathlib import Path
+
 import numpy as np
-import onnxruntime as ort
 
 from specdecode.bench.curves import text_ids
 from specdecode.models.backends.dtype_choice import cpu_description
+from specdecode.models.backends.onnx import OrtModel, OrtRunner
 from specdecode.models.loader import as_runner, load
-from specdecode.models.timing import pass_curve
+from specdecode.models.timing import alternating_medians, pass_curve
 
 WIDTHS = (1, 2, 3, 4, 5, 6, 8)
 CONTEXT = 200
-
-
-class OrtRow:
-    """One row over an onnxruntime-genai export: past keys and values kept as arrays, a pass appends
-    w tokens (logits for all of them), a rollback slices the last ones off."""
-
-    def __init__(self, onnx_dir: str, threads: int):
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        # Its worker threads would otherwise spin after a pass, on the cores the next runtime uses.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self.session = ort.InferenceSession(f"{onnx_dir}/model.onnx", options, providers=["CPUExecutionProvider"])
-        self.past = {i.name: i for i in self.session.get_inputs() if i.name.startswith("past_key_values")}
-        heads, head_dim = kv_shape(onnx_dir)
-        self.kv = {name: np.zeros((1, heads, 0, head_dim), dtype=np.float32) for name in self.past}
-        self.length = 0
-
-    def add_rows(self, ids):
-        self.forward([ids])
-
-    def forward(self, feeds, last_only=False):
-        ids = np.asarray([feeds[0]], dtype=np.int64)
-        mask = np.ones((1, self.length + ids.shape[1]), dtype=np.int64)
-        out = self.session.run(None, {"input_ids": ids, "attention_mask": mask, **self.kv})
-        names = [o.name for o in self.session.get_outputs()]
-        for name, value in zip(names, out):
-            if name.startswith("present"):
-                self.kv[name.replace("present", "past_key_values")] = value
-        self.length += ids.shape[1]
-        return [out[0][0]]
-
-    def rollback(self, drop):
-        self.length -= drop[0]
-        for name, value in self.kv.items():
-            self.kv[name] = np.ascontiguousarray(value[:, :, : self.length])
-
-
-def kv_shape(onnx_dir: str) -> tuple[int, int]:
-    config = json.load(open(f"{onnx_dir}/genai_config.json"))["model"]["decoder"]
-    return config["num_key_value_heads"], config["head_size"]
+ROWS = 4
 
 
 def main():
     onnx_dir = sys.argv[1]
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
-    target, tokenizer = load("llamacpp:default@q4_0", "target", "auto", max_rows=1)
-    runners = {"llamacpp q4_0": as_runner(target), "onnxruntime int4": OrtRow(onnx_dir, threads=2)}
+    target, tokenizer = load("llamacpp:default@q4_0", "target", "auto", max_rows=ROWS)
+    runners = {"llamacpp q4_0": as_runner(target), "onnxruntime int4": OrtRunner(OrtModel(Path(onnx_dir)))}
     ids = text_ids(tokenizer, CONTEXT + max(WIDTHS))
     prefill, agree = {}, None
     for name, runner in runners.items():
@@ -80,9 +44,17 @@ def main():
     a, b = (np.argmax(x[-8:], axis=-1) for x in logits.values())
     agree = int((a == b).sum())
     times = pass_curve(runners, ids[CONTEXT:], WIDTHS, rounds)
+    # ROWS rows at once (a server's batch): one token each, and a verify pass of 3 tokens each.
+    for runner in runners.values():
+        runner.add_rows(ids[:CONTEXT], count=ROWS - 1)
+    tasks = {(name, w): (lambda r=runner, w=w: r.forward([ids[CONTEXT:CONTEXT + w]] * ROWS))
+             for name, runner in runners.items() for w in (1, 3)}
+    batched = alternating_medians(tasks, rounds, after=lambda key: runners[key[0]].rollback([key[1]] * ROWS))
     print(json.dumps({"machine": cpu_description(), "context": CONTEXT, "rounds": rounds, "prefill_tokens_per_s": prefill,
                       "argmax_agree_of_8": agree,
-                      "pass_ms": {name: {w: round(times[(name, w)] * 1000, 1) for w in WIDTHS} for name in runners}},
+                      "pass_ms": {name: {w: round(times[(name, w)] * 1000, 1) for w in WIDTHS} for name in runners},
+                      f"{ROWS}_rows_pass_ms": {name: {w: round(batched[(name, w)] * 1000, 1) for w in (1, 3)}
+                                              for name in runners}},
                      indent=1))
 
 

@@ -254,7 +254,7 @@ def demo(
 ):
     """Our default configuration (the target runtime and draft measured fastest here, the hybrid
     proposer, k=auto) beside the plain decoders a user would otherwise run (llama.cpp's own loop on
-    the same GGUF and on the shipped one, plain torch) on three prompts, greedy, interleaved."""
+    the target's GGUF, or Q4_0 beside another runtime, and on the shipped one; plain torch) on three prompts, greedy, interleaved."""
     from pathlib import Path
 
     from ..advise import demo as demo_
@@ -273,7 +273,11 @@ def demo(
     ours_plain = f"ours plain ({gen.info['target']})"
     decoders = []
     if llamacpp.available():  # the fastest plain decoders on a CPU: llama.cpp's own loop
-        ggufs = [gen.target.gguf] if gen.target.backend == "llamacpp" else []
+        from ..bench.methods import peer_gguf
+
+        # The file our llama.cpp target runs, or beside another runtime llama.cpp's fastest format of
+        # the same model (Q4_0); and the shipped file.
+        ggufs = [g for g in [peer_gguf(gen.info["target"], gen.target)] if g is not None]
         shipped = resolve("default", "target").gguf
         ggufs += [shipped] if shipped is not None and shipped not in ggufs else []
         decoders += [demo_.llamacpp_decoder(f"llama.cpp plain ({Path(g).name})", g, gen) for g in ggufs]
