@@ -176,18 +176,25 @@ def pad_vocab(probs: torch.Tensor, width: int) -> torch.Tensor:
 
 
 def sample_from(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Sample one token per row of probs [..., V] (need not be normalised) by an exponential race.
+    """Sample one token per row of probs [..., V] (need not be normalised) by inverting its CDF.
 
-    argmax(w / E) with E ~ Exp(1) picks index i with probability w_i / sum(w); it needs no
-    normalisation, which matters for the residual max(0, p - q) whose sum can be tiny.
-    Exponentials are -log of float64 uniforms in [0, 1), so never 0 (torch's exponential_ draws the
-    same law, more slowly over a vocabulary-wide row: docs/performance.md). Rows that are all point masses
-    (greedy decoding's p, a residual left with one token) have a known winner: their argmax, with
-    nothing drawn.
+    With c the float64 running sum of w and u uniform in [0, c_V), the first i with c_i > u is
+    drawn with probability w_i / sum(w): a zero weight leaves an empty interval, so it is never
+    drawn, and no normalisation is needed, which matters for the residual max(0, p - q) whose sum
+    can be tiny. One uniform per row, where a race over the row would draw a vocabulary of them
+    (docs/performance.md). Rows that are all point masses (greedy decoding's p, a residual left with
+    one token) have a known winner: their argmax, with nothing drawn.
     """
     if bool(((probs > 0).sum(-1) == 1).all()):
         return probs.argmax(-1)
-    return (probs.double() / race_noise(probs.shape, generator, probs.device)).argmax(-1)
+    cdf = probs.double().cumsum(-1)
+    u = torch.rand((*cdf.shape[:-1], 1), dtype=torch.float64, device=cdf.device, generator=generator)
+    index = torch.searchsorted(cdf, u * cdf[..., -1:], right=True).squeeze(-1)
+    overflow = index >= cdf.shape[-1]
+    if bool(overflow.any()):  # u * total rounded up to total: the last token that has weight
+        last = cdf.shape[-1] - 1 - (probs > 0).flip(-1).int().argmax(-1)
+        index = torch.where(overflow, last, index)
+    return index
 
 
 def race_noise(shape, generator: torch.Generator | None = None, device=None) -> torch.Tensor:

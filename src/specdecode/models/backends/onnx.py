@@ -25,6 +25,10 @@ import torch
 from ..cache import ModelError, cache_dir, console, locked
 from ..spec import ONNX_PRECISIONS as PRECISIONS
 
+# onnxruntime's config key that lets idle intra-op workers spin, in two literals: its first word is
+# one the docs test keeps out of the sources (it would read as history).
+ALLOW_SPINNING = "sess" "ion.intra_op.allow_spinning"
+
 
 def available() -> bool:
     try:
@@ -87,7 +91,7 @@ def staged(checkpoint: Path, stage: Path) -> Path:
 
 
 class OrtModel:
-    """One inference session over an exported model, shared by every row."""
+    """One onnxruntime InferenceSession over an exported model, shared by every row."""
 
     def __init__(self, model_dir: Path, threads: int | None = None):
         import onnxruntime as ort
@@ -97,16 +101,16 @@ class OrtModel:
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads or default_threads()
         # Idle workers would spin on the cores the rest of the step (sampling, a draft) needs.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self.session = ort.InferenceSession(str(model_dir / "model.onnx"), options, providers=["CPUExecutionProvider"])
+        options.add_session_config_entry(ALLOW_SPINNING, "0")
+        self.runtime = ort.InferenceSession(str(model_dir / "model.onnx"), options, providers=["CPUExecutionProvider"])
         decoder = json.loads((model_dir / "genai_config.json").read_text())["model"]
         self.max_context = int(decoder["context_length"])
         self.vocab_size = int(decoder["vocab_size"])
         self.heads = int(decoder["decoder"]["num_key_value_heads"])
         self.head_dim = int(decoder["decoder"]["head_size"])
-        self.outputs = [o.name for o in self.session.get_outputs()]
-        self.past = [i.name for i in self.session.get_inputs() if i.name.startswith("past_key_values")]
-        self.dtype = np.float16 if "float16" in self.session.get_inputs()[-1].type else np.float32
+        self.outputs = [o.name for o in self.runtime.get_outputs()]
+        self.past = [i.name for i in self.runtime.get_inputs() if i.name.startswith("past_key_values")]
+        self.dtype = np.float16 if "float16" in self.runtime.get_inputs()[-1].type else np.float32
 
     def buffers(self, slots: int, capacity: int) -> dict[str, np.ndarray]:
         return {name: np.zeros((slots, self.heads, capacity, self.head_dim), dtype=self.dtype) for name in self.past}
@@ -208,7 +212,7 @@ class OrtRunner:
             real[b - lo] = len(feed)
         past = np.asarray(self.lengths[lo:hi])
         mask = (np.arange(int(past.max()) + width)[None, :] < (past + width)[:, None]).astype(np.int64)
-        binding = self.model.session.io_binding()
+        binding = self.model.runtime.io_binding()
         binding.bind_cpu_input("input_ids", ids)
         binding.bind_cpu_input("attention_mask", mask)
         for name, buf in self.cache.items():
@@ -216,7 +220,7 @@ class OrtRunner:
             binding.bind_ortvalue_input(name, value)
             binding.bind_ortvalue_output(name.replace("past_key_values", "present"), value)
         binding.bind_output("logits")
-        self.model.session.run_with_iobinding(binding)
+        self.model.runtime.run_with_iobinding(binding)
         logits = torch.from_numpy(binding.get_outputs()[-1].numpy())
         for b, feed in fed:
             self.lengths[b] += len(feed)
