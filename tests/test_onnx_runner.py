@@ -9,7 +9,6 @@ import tiny
 from test_static_runner import reference_script, script
 from test_verify import run_verify
 from specdecode import SamplingParams, SpeculativeGenerator
-from specdecode.engine.request import Request
 from specdecode.models import spec
 from specdecode.models.backends import onnx
 from specdecode.models.cache import ModelError
@@ -115,12 +114,7 @@ def test_greedy_speculation_over_onnx_equals_plain(tiny_spec, tok):
         want = plain.generate(prompt, params, k=0, chat=False).token_ids
         assert gen.generate(prompt, params, k=3, chat=False).token_ids == want
         assert gen.generate(prompt, params, k="auto", proposer="ngram", chat=False).token_ids == want
-    batch = [Request(list(ids), params, k=3) for ids in ([5, 6, 7], [9, 9, 9, 9], [5, 6, 7])]
-    for req in batch:
-        gen.submit(req)
-    gen.run_until_idle()
-    for req in batch:
-        assert req.generated == plain.generate(req.prompt_ids, params, k=0, chat=False).token_ids
+    tiny.batch_equals_plain(gen, plain, params)
 
 
 def test_verify_passes_on_onnx_and_catches_the_naive_residual(tiny_spec, tiny_dirs, monkeypatch, capsys):

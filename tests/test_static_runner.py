@@ -8,7 +8,6 @@ import tiny
 from tiny import reference_logits
 from specdecode import SamplingParams, SpeculativeGenerator
 from specdecode.models.backends.hf_static import StaticRunner
-from specdecode.engine.request import Request
 
 
 def script(runner):
@@ -102,9 +101,4 @@ def test_compiled_step_agrees_with_eager_and_speculation_stays_exact(tok):
             plain.generate(prompt, params, k=0, chat=False).token_ids
     # Single-sequence runners serve their rows one after another.
     assert gen.target.backend == "torch-static" and gen.proposers["draft"].runner.backend == "torch-compiled"
-    batch = [Request(list(ids), params, k=3) for ids in ([5, 6, 7], [9, 9, 9, 9], [5, 6, 7])]
-    for req in batch:
-        gen.submit(req)
-    gen.run_until_idle()
-    for req in batch:
-        assert req.generated == plain.generate(req.prompt_ids, params, k=0, chat=False).token_ids
+    tiny.batch_equals_plain(gen, plain, params)

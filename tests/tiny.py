@@ -83,3 +83,15 @@ def small_vocab_model(tokenizer: PreTrainedTokenizerFast, seed: int = 0, hidden:
                          max_position_embeddings=512, tie_word_embeddings=False,
                          eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"))
     return Qwen2ForCausalLM(config).eval()
+
+
+def batch_equals_plain(gen, plain, params, k: int = 3) -> None:
+    """Three requests (two alike) submitted together to `gen` emit what `plain` emits for each alone."""
+    from specdecode.engine.request import Request
+
+    batch = [Request(list(ids), params, k=k) for ids in ([5, 6, 7], [9, 9, 9, 9], [5, 6, 7])]
+    for req in batch:
+        gen.submit(req)
+    gen.run_until_idle()
+    for req in batch:
+        assert req.generated == plain.generate(req.prompt_ids, params, k=0, chat=False).token_ids
