@@ -108,7 +108,6 @@ class OrtModel:
         self.vocab_size = int(decoder["vocab_size"])
         self.heads = int(decoder["decoder"]["num_key_value_heads"])
         self.head_dim = int(decoder["decoder"]["head_size"])
-        self.outputs = [o.name for o in self.runtime.get_outputs()]
         self.past = [i.name for i in self.runtime.get_inputs() if i.name.startswith("past_key_values")]
         self.dtype = np.float16 if "float16" in self.runtime.get_inputs()[-1].type else np.float32
 
@@ -185,10 +184,12 @@ class OrtRunner:
             raise ValueError(f"expected {self.rows} rows, got {len(feeds)}")
         fed = [(b, feed) for b, feed in enumerate(feeds) if feed]
         out = [torch.zeros((0, self.vocab_size)) for _ in feeds]
+        if not fed:
+            return out
         # onnxruntime's attention takes several rows in one pass only one token each (with a cache,
         # a wider pass must be one row): one-token steps are batched, wider ones run row by row.
         passes = [fed] if all(len(feed) == 1 for _, feed in fed) else [[row] for row in fed]
-        for group in passes if fed else []:
+        for group in passes:
             for (b, _), logits in zip(group, self._run(group, last_only)):
                 out[b] = logits
         return out
@@ -206,10 +207,8 @@ class OrtRunner:
                                  f"{self.max_context}")
         self._reserve(hi, max(self.lengths[lo:hi]) + width)
         ids = np.zeros((hi - lo, width), dtype=np.int64)
-        real = [0] * (hi - lo)
         for b, feed in fed:
             ids[b - lo, : len(feed)] = feed
-            real[b - lo] = len(feed)
         past = np.asarray(self.lengths[lo:hi])
         mask = (np.arange(int(past.max()) + width)[None, :] < (past + width)[:, None]).astype(np.int64)
         binding = self.model.runtime.io_binding()
