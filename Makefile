@@ -6,17 +6,31 @@ STAMP := $(VENV)/.installed
 # llama.cpp picks its CPU kernels when it is compiled, so it is built for the CPU that builds it:
 # AVX2, plus AVX-512 (VNNI, BF16, VBMI) where /proc/cpuinfo lists them (what that buys is measured
 # in docs/backends.md, "llama.cpp build").
-# Never -march=native: a native build on a CPU that lists AMX compiles AMX tile kernels, and where
-# the (virtual) machine has not enabled AMX state they stop the process with an illegal instruction
-# on the first decode. The wheel is kept under a name made of these flags, so a cache shared with a
-# machine of another CPU never hands it a build it cannot run (pip's own wheel cache would: it keys
-# a built sdist by its URL alone). Override, e.g.: make install LLAMA_CMAKE_ARGS="-DGGML_NATIVE=ON"
+# AMX (int8 tiles: llama.cpp runs a pass of 2-32 tokens of a Q4_0/Q4_K/Q8_0 model through them) only
+# where make/amx_probe.c, compiled and run here, gets a tile product right: a virtual machine can list
+# AMX in /proc/cpuinfo without enabling its state, and GCC 12 miscompiles llama.cpp's tile setup
+# unless dead-store elimination is off (the probe says which; either way a bad build would die with
+# an illegal instruction on its first decode). An AMX build runs on a thread of its own beside torch
+# (src/specdecode/models/backends/ggml_thread.py says why), so it uses llama.cpp's own thread pool:
+# two OpenMP teams on few cores make libgomp's barriers sleep, and a pass then costs half again as
+# much. For the same reason as above never -march=native. The wheel is
+# kept under a name made of these flags, so a cache shared with a machine of another CPU never hands
+# it a build it cannot run (pip's own wheel cache would: it keys a built sdist by its URL alone).
+# Override, e.g.: make install LLAMA_CMAKE_ARGS="-DGGML_NATIVE=ON"
 CPU_FLAGS := $(shell grep -m1 '^flags' /proc/cpuinfo 2>/dev/null)
 has = $(filter $(1),$(CPU_FLAGS))
+amx_probe = $(shell probe=$$(mktemp) && $(CC) -O2 $(1) -mamx-tile -mamx-int8 make/amx_probe.c -o $$probe 2>/dev/null \
+	&& sh -c $$probe 2>/dev/null && echo yes; rm -f $$probe)
+AMX_LISTED := $(and $(call has,amx_tile),$(call has,amx_int8))
+AMX_RUNS := $(if $(AMX_LISTED),$(call amx_probe))
+AMX_RUNS_NO_DSE := $(if $(AMX_LISTED),$(if $(AMX_RUNS),,$(call amx_probe,-fno-dse)))
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
 	$(if $(and $(call has,avx512f),$(call has,avx512bw),$(call has,avx512vl),$(call has,avx512dq),$(call has,avx512cd)),\
 	-DGGML_AVX512=ON $(if $(call has,avx512vbmi),-DGGML_AVX512_VBMI=ON) \
-	$(if $(call has,avx512_vnni),-DGGML_AVX512_VNNI=ON) $(if $(call has,avx512_bf16),-DGGML_AVX512_BF16=ON))
+	$(if $(call has,avx512_vnni),-DGGML_AVX512_VNNI=ON) $(if $(call has,avx512_bf16),-DGGML_AVX512_BF16=ON)) \
+	$(if $(AMX_RUNS)$(AMX_RUNS_NO_DSE),-DGGML_AMX_TILE=ON -DGGML_AMX_INT8=ON $(if $(call has,amx_bf16),-DGGML_AMX_BF16=ON) \
+	-DGGML_OPENMP=OFF) \
+	$(if $(AMX_RUNS_NO_DSE),-DCMAKE_C_FLAGS=-fno-dse -DCMAKE_CXX_FLAGS=-fno-dse)
 LLAMA_VERSION := $(shell sed -n 's/.*"llama-cpp-python\(\[[a-z,]*\]\)\{0,1\}==\([0-9.]*\)".*/\2/p' pyproject.toml)
 LLAMA_WHEELS := $(or $(SPECDECODE_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/specdecode)/wheels/llama-cpp-python-$(LLAMA_VERSION)-$(shell echo '$(strip $(LLAMA_CMAKE_ARGS))' | md5sum | cut -c1-12)
 
@@ -44,7 +58,8 @@ $(STAMP): pyproject.toml Makefile
 		echo "building llama.cpp for this CPU: about 7 minutes on 2 cores, once (cached in $(LLAMA_WHEELS))"
 	ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1 || CMAKE_ARGS="$(strip $(LLAMA_CMAKE_ARGS))" \
 		$(PY) -m pip wheel -q --no-deps --no-cache-dir -w $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_VERSION) $(QUIET)
-	$(PY) -m pip install -q $(LLAMA_WHEELS)/llama_cpp_python-*.whl $(QUIET)
+	# Reinstalled even at the same version: a change of CPU flags makes another wheel of that version.
+	$(PY) -m pip install -q --force-reinstall --no-deps $(LLAMA_WHEELS)/llama_cpp_python-*.whl $(QUIET)
 	$(PY) -m pip install -q -e '.[all,dev,llamacpp,onnx]' $(QUIET)
 	touch $(STAMP)
 

@@ -68,6 +68,58 @@ print("ok", r.lengths)
 
 @needs_llamacpp
 @pytest.mark.realmodel
+def test_torch_matmuls_between_passes_leave_llama_cpp_running_and_exact():
+    """Where the llama.cpp build has AMX kernels, a torch bf16 matmul (oneDNN releases the AMX
+    tiles on its threads) between two passes of a Q4_0 model once stopped the process with an
+    illegal instruction: llama.cpp loads the tile configuration once per thread. Its passes now run
+    on a thread of their own. In a child, so that a fault fails this test only; on a build without
+    AMX the passes run where they are called and the same check holds."""
+    import subprocess
+
+    code = """
+import torch
+from specdecode.models.backends import ggml_thread, llamacpp
+from specdecode.models.registry import resolve
+r = llamacpp.LlamaCppRunner.load(llamacpp.requantized(resolve("default", "draft").gguf, "q4_0"), n_ctx=512)
+prompt, block = list(range(1000, 1040)), list(range(2000, 2008))
+r.add_rows(prompt)
+before = r.forward([block])[0]
+r.rollback([len(block)])
+a = torch.randn(64, 896, dtype=torch.bfloat16)
+for _ in range(3):
+    a = torch.nn.functional.linear(a, torch.randn(896, 896, dtype=torch.bfloat16)).clamp(-1, 1)
+after = r.forward([block])[0]
+assert torch.equal(before, after), (before - after).abs().max()
+print("ok", ggml_thread.has_amx())
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and "ok" in run.stdout, (run.returncode, run.stderr[-2000:])
+
+
+def test_llama_cpp_calls_run_on_their_own_thread_where_the_build_needs_it(monkeypatch):
+    """With AMX in the build: on one dedicated thread, results and exceptions as if called here,
+    and a call made from that thread runs in place (no deadlock); without: where called."""
+    import threading
+
+    from specdecode.models.backends import ggml_thread
+
+    def where(fail=False):
+        if fail:
+            raise ValueError("from llama.cpp's thread")
+        return threading.current_thread().name
+
+    monkeypatch.setattr(ggml_thread, "has_amx", lambda: False)
+    assert ggml_thread.run(where) == threading.current_thread().name
+    monkeypatch.setattr(ggml_thread, "has_amx", lambda: True)
+    names = {ggml_thread.run(where) for _ in range(3)}
+    assert len(names) == 1 and names.pop().startswith(ggml_thread.NAME)
+    assert ggml_thread.run(ggml_thread.run, where).startswith(ggml_thread.NAME)
+    with pytest.raises(ValueError, match="from llama.cpp's thread"):
+        ggml_thread.run(where, fail=True)
+
+
+@needs_llamacpp
+@pytest.mark.realmodel
 def test_block_logits_equal_one_by_one_and_rollback_restores(draft_runner):
     r = draft_runner
     ids = list(range(1000, 1012))

@@ -14,6 +14,7 @@ import torch
 from ..engine.engine import Engine
 from ..proposers import WITH_DRAFT
 from ..proposers.suffix import memories_for
+from ..models.backends import ggml_thread
 from ..models.loader import backend_name, torch_model
 from ..sampling.params import SamplingParams
 from .result import Run
@@ -178,21 +179,25 @@ class LlamaCppMethod:
         llm.reset()
         if params.seed is not None:
             llm.set_seed(params.seed)
+        with PeakMemory() as mem:
+            tokens, steps, total = ggml_thread.run(self._generate, prompt_ids, params)
+        return Run(token_ids=tokens, total_s=total, steps=steps, peak_rss_bytes=mem.peak)
+
+    def _generate(self, prompt_ids, params) -> tuple[list[int], list[tuple[float, int]], float]:
+        llm = self.llm
         tokens: list[int] = []
         steps: list[tuple[float, int]] = []
-        with PeakMemory() as mem:
-            start = time.perf_counter()
-            for token in llm.generate(prompt_ids, temp=0.0 if params.greedy else params.temperature,
-                                      top_k=params.top_k or 0, top_p=params.top_p, min_p=params.min_p,
-                                      repeat_penalty=1.0):
-                if token in self.eos and not params.ignore_eos:
-                    break
-                tokens.append(int(token))
-                steps.append((time.perf_counter() - start, 1))
-                if len(tokens) >= params.max_new_tokens:
-                    break
-            total = time.perf_counter() - start
-        return Run(token_ids=tokens, total_s=total, steps=steps, peak_rss_bytes=mem.peak)
+        start = time.perf_counter()
+        for token in llm.generate(prompt_ids, temp=0.0 if params.greedy else params.temperature,
+                                  top_k=params.top_k or 0, top_p=params.top_p, min_p=params.min_p,
+                                  repeat_penalty=1.0):
+            if token in self.eos and not params.ignore_eos:
+                break
+            tokens.append(int(token))
+            steps.append((time.perf_counter() - start, 1))
+            if len(tokens) >= params.max_new_tokens:
+                break
+        return tokens, steps, time.perf_counter() - start
 
 
 def make_method(name: str, gen: Engine, target_spec: str, target_model, tokenizer, draft_model,

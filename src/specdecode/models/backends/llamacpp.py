@@ -23,6 +23,7 @@ import torch
 
 from ..registry import ModelError
 from ..spec import QUANTS
+from . import ggml_thread
 
 
 def available() -> bool:
@@ -259,7 +260,7 @@ class LlamaCppRunner:
                 vectors = self._embeddings.rows(fed)
                 ctypes.memmove(batch.embd, vectors.ctypes.data, vectors.nbytes)
                 fed.clear()
-            code = self._lib.llama_decode(self._ctx.ctx, batch)
+            code = ggml_thread.run(self._lib.llama_decode, self._ctx.ctx, batch)
             if code != 0:
                 raise RuntimeError(f"llama_decode returned {code} (no free KV cells: fewer rows or a larger "
                                    "context)" if code == 1 else f"llama_decode returned {code}")

@@ -1,0 +1,43 @@
+"""llama.cpp's computations on one thread of their own, where its build has AMX kernels.
+
+llama.cpp's AMX kernels load the tile configuration once per thread and count on it staying
+loaded. oneDNN (torch's bf16 and int8 matmuls on an AMX CPU) releases the tiles at the end of each
+of its kernels, on every thread it ran on, the calling thread included. In one process with both,
+a llama.cpp pass on a thread where torch has multiplied since would fault with an illegal
+instruction. So where the build has AMX, every llama.cpp computation runs on one dedicated thread
+(and the worker threads it starts, which belong to it), where nothing else runs; elsewhere a call
+runs where it is made.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+T = TypeVar("T")
+NAME = "llama.cpp"
+_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+
+
+@functools.cache
+def has_amx() -> bool:
+    """Whether this llama.cpp build runs AMX kernels (decided when it was compiled: see the Makefile)."""
+    import llama_cpp
+
+    return "AMX_INT8 = 1" in llama_cpp.llama_print_system_info().decode()
+
+
+def run(fn: Callable[..., T], *args, **kwargs) -> T:
+    """fn(*args, **kwargs) on llama.cpp's own thread where the build needs one; its result or its
+    exception, as if called here."""
+    global _pool
+    if not has_amx() or threading.current_thread().name.startswith(NAME):
+        return fn(*args, **kwargs)
+    with _lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=NAME)
+    return _pool.submit(fn, *args, **kwargs).result()
