@@ -112,8 +112,9 @@ def summary(rows: list[DemoRow], ours: str) -> list[str]:
     return lines
 
 
-def explain(row: DemoRow, dtype: str) -> list[str]:
-    """One line for each thing a newcomer would ask about this row."""
+def explain(row: DemoRow, numerics: str) -> list[str]:
+    """One line for each thing a newcomer would ask about this row (numerics: the target's
+    arithmetic, a torch dtype or a runtime's quantised kernels)."""
     notes = []
     s = row.output.stats
     if row.plain or s is None:
@@ -130,7 +131,8 @@ def explain(row: DemoRow, dtype: str) -> list[str]:
                          "a wider pass cost on this CPU (docs/choosing-k.md)")
     if not row.same_as_reference:
         notes.append(f"prompt {row.prompt}: {row.method} parts from our plain decoding at token "
-                     f"{row.first_difference}: in {dtype} a batched verify pass and a one-token step round "
-                     "differently, so a near-tie can go either way; both are greedy decodes of the target "
-                     "(--dtype float32 on a torch target reproduces plain exactly)")
+                     f"{row.first_difference}: in {numerics} a batched verify pass and a one-token step "
+                     "round differently, so a near-tie can go either way; both are greedy decodes of the "
+                     "target (a torch target in float32, --target hf:default --dtype float32, reproduces "
+                     "plain exactly)")
     return notes

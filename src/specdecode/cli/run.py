@@ -310,10 +310,12 @@ def demo(
                       f"{s['acceptance_rate']:.0%}" if spec else "-", f"{s['mean_accepted_tokens']:.2f}" if spec else "-",
                       "yes" if row.same_as_reference else f"no, from token {row.first_difference}")
 
+    runtime = {"llamacpp": "llama.cpp"}.get(gen.target.backend, gen.target.backend)
+    numerics = gen.info["dtype"] if runtime.startswith("torch") else f"{runtime}'s quantised kernels"
     rows = demo_.run(decoders, demo_.PROMPTS, SamplingParams(max_new_tokens=max_new_tokens), ours_plain, show)
     out.print(table)
     for line in demo_.summary(rows, ours):
         out.print(line, highlight=False)
     for row in rows:
-        for note in demo_.explain(row, gen.info["dtype"]):
+        for note in demo_.explain(row, numerics):
             out.print(note, highlight=False)

@@ -78,15 +78,23 @@ def _load_llamacpp(spec: ModelSpec, role: str, max_rows: int, device: str = "cpu
                          "give a .gguf file or a bundled model name")
     gguf = requantized(resolved.gguf, quant) if quant else resolved.gguf
     tokenizer = AutoTokenizer.from_pretrained(str(resolved.path))
-    # One more row than the batch: calibration times a scratch row beside nothing else, and a
-    # rejoining draft row is re-added before it is removed.
+    rows = sequence_slots(max_rows)
     if vocab is None:
-        return LlamaCppRunner.load(gguf, max_rows=max_rows + 1, gpu=on_gpu(device)), tokenizer
+        return LlamaCppRunner.load(gguf, max_rows=rows, gpu=on_gpu(device)), tokenizer
     full = LlamaCppRunner.vocab_of(gguf)
     ids = shortlist.shortlist_for(tokenizer, full, vocab, byte_tokens=True)
-    runner = LlamaCppRunner.load(shortlist.shortlisted_gguf(gguf, ids), max_rows=max_rows + 1,
+    runner = LlamaCppRunner.load(shortlist.shortlisted_gguf(gguf, ids), max_rows=rows,
                                  embeddings=shortlist.EmbeddingTable(gguf), gpu=on_gpu(device))
     return shortlist.Shortlisted(runner, ids, full), tokenizer
+
+
+def sequence_slots(max_rows: int) -> int:
+    """llama.cpp sequences for a batch of max_rows: one more row than the batch (calibration times a
+    scratch row beside nothing else, and a rejoining draft row is re-added before it is removed),
+    rounded up to a power of two, at least 16. With llama.cpp's AMX kernels, contexts of 3, 5, 6, 9
+    or 12 sequences prefilled the 1.5B target 1.5x slower than contexts of 16 (docs/backends.md,
+    "AMX"); the unified cache's size does not depend on the count."""
+    return max(16, 1 << max_rows.bit_length())
 
 
 def _load_onnx(spec: ModelSpec, role: str, device: str = "cpu"):
