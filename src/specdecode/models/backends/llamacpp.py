@@ -246,7 +246,7 @@ class LlamaCppRunner:
     def _decode(self, feeds: list[tuple[int, list[int]]], last_only: bool) -> list[torch.Tensor]:
         """Every (row, tokens) in as few llama_decode calls as n_batch allows; logits where wanted."""
         wanted: list[tuple[int, int]] = []  # (row, index in the llama_batch) of each logit wanted
-        out: dict[int, list[torch.Tensor]] = {b: [] for b, _ in feeds}
+        out: dict[int, list[torch.Tensor]] = {b: [] for b, _ in feeds}  # per row, its logits per llama_decode
         batch, n = self._batch, 0
 
         fed: list[int] = []
@@ -264,9 +264,12 @@ class LlamaCppRunner:
             if code != 0:
                 raise RuntimeError(f"llama_decode returned {code} (no free KV cells: fewer rows or a larger "
                                    "context)" if code == 1 else f"llama_decode returned {code}")
+            views: dict[int, list[np.ndarray]] = {}
             for b, i in wanted:  # llama_get_logits_ith takes the token's index in the batch
                 ptr = self._lib.llama_get_logits_ith(self._ctx.ctx, i)
-                out[b].append(torch.from_numpy(np.ctypeslib.as_array(ptr, shape=(self.vocab_size,)).copy()))
+                views.setdefault(b, []).append(np.ctypeslib.as_array(ptr, shape=(self.vocab_size,)))
+            for b, rows in views.items():  # one copy out of llama.cpp's buffer, which the next decode overwrites
+                out[b].append(torch.from_numpy(np.stack(rows)))
             wanted.clear()
             n = 0
 
@@ -288,4 +291,5 @@ class LlamaCppRunner:
                 n += 1
             self.lengths[b] += len(tokens)
         flush()
-        return [torch.stack(out[b]) if out[b] else torch.zeros((0, self.vocab_size)) for b, _ in feeds]
+        return [torch.cat(out[b]) if len(out[b]) > 1 else out[b][0] if out[b] else torch.zeros((0, self.vocab_size))
+                for b, _ in feeds]
