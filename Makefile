@@ -13,9 +13,9 @@ STAMP := $(VENV)/.installed
 # an illegal instruction on its first decode). An AMX build runs on a thread of its own beside torch
 # (src/specdecode/models/backends/ggml_thread.py says why), so it uses llama.cpp's own thread pool:
 # two OpenMP teams on few cores make libgomp's barriers sleep, and a pass then costs half again as
-# much. For the same reason as above never -march=native. The wheel is
-# kept under a name made of these flags, so a cache shared with a machine of another CPU never hands
-# it a build it cannot run (pip's own wheel cache would: it keys a built sdist by its URL alone).
+# much. Never -march=native, which would turn AMX on without the probe. The wheel is kept under a
+# name made of these flags, so a cache shared with a machine of another CPU never hands it a build it
+# cannot run (pip's own wheel cache would: it keys a built sdist by its URL alone).
 # Override, e.g.: make install LLAMA_CMAKE_ARGS="-DGGML_NATIVE=ON"
 CPU_FLAGS := $(shell grep -m1 '^flags' /proc/cpuinfo 2>/dev/null)
 has = $(filter $(1),$(CPU_FLAGS))

@@ -26,9 +26,9 @@ _pool: ThreadPoolExecutor | None = None
 @functools.cache
 def has_amx() -> bool:
     """Whether this llama.cpp build runs AMX kernels (decided when it was compiled: see the Makefile)."""
-    import llama_cpp
+    from .llamacpp import system_info
 
-    return "AMX_INT8 = 1" in llama_cpp.llama_print_system_info().decode()
+    return "AMX_INT8 = 1" in system_info()
 
 
 def run(fn: Callable[..., T], *args, **kwargs) -> T:
