@@ -25,10 +25,11 @@ _pool: ThreadPoolExecutor | None = None
 
 @functools.cache
 def has_amx() -> bool:
-    """Whether this llama.cpp build runs AMX kernels (decided when it was compiled: see the Makefile)."""
-    from .llamacpp import system_info
+    """Whether this llama.cpp build runs AMX kernels (decided when it was compiled: see the Makefile).
+    Read from llama.cpp here rather than through llamacpp.system_info: that module imports this one."""
+    import llama_cpp
 
-    return "AMX_INT8 = 1" in system_info()
+    return "AMX_INT8 = 1" in llama_cpp.llama_print_system_info().decode()
 
 
 def run(fn: Callable[..., T], *args, **kwargs) -> T:
