@@ -301,3 +301,31 @@ def test_peak_memory_sees_a_block_s_peak_and_starts_each_block_afresh():
         np.ones(2**20, dtype=np.uint8)
     # The 400 MB were resident inside the first block only; the second's peak starts from its own start.
     assert big.peak - small.peak > size // 2, (big.peak, small.peak)
+
+
+def test_a_peer_server_is_left_to_go_idle_before_the_next_method():
+    """LlamaServer.wait_idle returns once the server process stops using CPU (its threads poll for
+    work after a request), not before; a process that never idles is given up on at the limit."""
+    import subprocess
+    import sys
+    import time
+
+    from specdecode.bench.llama_server import LlamaServer
+
+    busy_then_idle = "import time\nt = time.time()\nwhile time.time() - t < 0.4: pass\ntime.sleep(30)"
+    server = LlamaServer.__new__(LlamaServer)
+    server.proc = subprocess.Popen([sys.executable, "-c", busy_then_idle])
+    try:
+        time.sleep(0.05)
+        start = time.monotonic()
+        server.wait_idle(limit_s=5.0)
+        assert 0.25 < time.monotonic() - start < 2.0
+        server.proc.kill()
+        server.proc.wait()
+        server.proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        start = time.monotonic()
+        server.wait_idle(limit_s=0.5)  # the control: it never idles
+        assert 0.45 < time.monotonic() - start < 1.5
+    finally:
+        server.proc.kill()
+        server.proc.wait()

@@ -246,3 +246,63 @@ def test_bench_lists_llamacpp_peers_and_backends(monkeypatch, capsys, tmp_path):
     assert all(r["output_tokens_mean"] > 0 and r["tokens_per_s"] > 0 for r in rows.values())
     assert rows["ngram"]["speedup_vs_llamacpp"] is not None
     assert "hf" not in rows and "transformers" in capsys.readouterr().err  # skipped, with the reason
+
+
+@needs_llamacpp
+@pytest.mark.realmodel
+def test_a_prompt_fed_with_the_first_drafts_scores_like_a_prefill_then_a_pass(draft_runner):
+    """forward(..., unscored=n): the first n tokens enter the cache without logits, the rest score as
+    they would after a prefill of those n (llama.cpp's batched kernels: close, not bitwise)."""
+    r = draft_runner
+    prefix, tokens = list(range(3000, 3020)), [11, 12, 13]
+    r.add_rows([])
+    fused = r.forward([prefix + tokens], unscored=[len(prefix)])[0]
+    assert fused.shape == (len(tokens), r.vocab_size) and r.length(0) == len(prefix) + len(tokens)
+    r.remove_rows([0])
+    apart = logits_of(r, prefix, tokens)
+    assert (fused - apart).abs().max() < 0.5 and torch.equal(fused.argmax(-1), apart.argmax(-1))
+    # Control: without `unscored` every fed position comes back.
+    r.add_rows([])
+    assert r.forward([prefix + tokens])[0].shape == (len(prefix) + len(tokens), r.vocab_size)
+    r.remove_rows([0])
+
+
+@needs_llamacpp
+@pytest.mark.realmodel
+def test_a_lone_request_is_prefilled_within_its_first_pass(monkeypatch):
+    """On the llama.cpp target a request alone in the batch goes in with its first pass (one
+    llama_decode for prompt and first token, not two), emits what the two-pass path emits, and that
+    pass is booked as prefill, not as a pass the cost curve learns from. A request that joins a
+    running batch is still prefilled on its own (a failed prefill ends only that request)."""
+    from specdecode.engine.request import Request
+
+    gen = SpeculativeGenerator.from_pretrained(target="llamacpp:default@q4_0", draft=None, proposer="ngram")
+    target = gen.target
+    calls: list[tuple[int, list[int] | None]] = []
+    decode = target._decode
+    monkeypatch.setattr(target, "_decode", lambda feeds, last_only, unscored=None: (
+        calls.append((sum(len(f) for _, f in feeds), unscored)), decode(feeds, last_only, unscored))[1])
+    params = SamplingParams(max_new_tokens=12)
+    ids = gen.encode(PROMPT)
+    one = gen.generate(ids, SamplingParams(max_new_tokens=1), k=0, chat=False, proposer="none")
+    assert calls == [(len(ids), [len(ids) - 1])]
+    assert one.stats["prefill_s"] > 0 and one.stats["verify_s"] == 0 and not gen.pass_costs.verify.points
+    fused = gen.generate(ids, params, k=3, chat=False)
+    with monkeypatch.context() as m:
+        m.setattr(type(target), "prefills_in_pass", False)
+        calls.clear()
+        apart = gen.generate(ids, params, k=3, chat=False)
+        assert calls[0] == (len(ids) - 1, None)  # the control: a prefill pass of its own
+    assert fused.token_ids == apart.token_ids
+    # A second request joining a running one: its prompt goes in alone, before the batched pass.
+    first = Request(ids, params, k=0, proposer="none")
+    gen.submit(first)
+    gen.step()
+    calls.clear()
+    late = Request(gen.encode("Write a Python function that reverses a list."), params, k=0, proposer="none")
+    gen.submit(late)
+    gen.step()
+    assert calls[0] == (len(late.prompt_ids) - 1, None) and all(u is None for _, u in calls)
+    gen.run_until_idle()
+    assert first.generated == gen.generate(ids, params, k=0, chat=False, proposer="none").token_ids
+    assert late.finish_reason == "length" and len(late.generated) == 12

@@ -67,3 +67,16 @@ def test_point_masses_are_taken_without_a_draw():
     picked = sample_from(mixed, gen)
     assert picked[0] == 7 and picked[2] == 0 and picked[1] in (3, 151_935)
     assert not torch.equal(gen.get_state(), state)
+
+
+def test_argmax_ids_is_torch_argmax_with_first_of_ties():
+    from specdecode.sampling.params import argmax_ids
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 1000, generator=g)
+    assert argmax_ids(x) == x.argmax(-1).tolist() and argmax_ids(x[2]) == [int(x[2].argmax())]
+    ties = torch.zeros(2, 50)
+    ties[:, [7, 30]] = 1.0
+    assert argmax_ids(ties) == [7, 7]
+    # Other dtypes go through torch, with the same answer.
+    assert argmax_ids(x.to(torch.bfloat16)) == x.to(torch.bfloat16).argmax(-1).tolist()

@@ -74,6 +74,31 @@ class LlamaServer:
         self.close()
         raise RuntimeError(f"llama-server did not become ready in {timeout_s:.0f} s")
 
+    def cpu_seconds(self) -> float | None:
+        """CPU time the server process has used (Linux /proc), None where it cannot be read."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def wait_idle(self, quiet_s: float = 0.03, limit_s: float = 2.0) -> None:
+        """Return once the server's threads have stopped spinning: after a request, llama.cpp's
+        threads poll for work for a while, and on a small CPU that would slow whatever the bench runs
+        next. Idle means no CPU time used for quiet_s; the wait gives up after limit_s."""
+        deadline = time.monotonic() + limit_s
+        last = self.cpu_seconds()
+        if last is None:
+            time.sleep(quiet_s)
+            return
+        while time.monotonic() < deadline:
+            time.sleep(quiet_s)
+            now = self.cpu_seconds()
+            if now is None or now == last:
+                return
+            last = now
+
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -144,6 +169,7 @@ class LlamaServerMethod:
                     timings = event.get("timings") or {}
                     break
         total = time.perf_counter() - start
+        self.server.wait_idle()
         drafted, accepted = timings.get("draft_n"), timings.get("draft_n_accepted")
         return Run(token_ids=tokens[: params.max_new_tokens], total_s=total, steps=steps, drafted=drafted,
                    accepted=accepted)

@@ -24,7 +24,7 @@ def propose(rows: list, plans: list[Plan], proposers: dict[str, Proposer], verif
     out: list[Proposal | None] = [None] * len(rows)
     groups: dict[str, list[int]] = {}
     for b, r in enumerate(rows):
-        groups.setdefault(r.request.proposer, []).append(b)
+        groups.setdefault(r.proposer, []).append(b)
     for name, idx in groups.items():
         for b, proposal in zip(idx, proposers[name].propose([rows[b] for b in idx], [plans[b] for b in idx])):
             out[b] = fit(rows[b], plans[b], proposal, len(rows), verify_cost)
@@ -39,7 +39,7 @@ def fit(r, plan: Plan, proposal: Proposal, batch: int, verify_cost: VerifyCost) 
     if r.matcher is not None and proposal.probs is None:
         tokens = tokens[: r.matcher.valid_prefix(tokens)]
     probs = None if proposal.probs is None else proposal.probs[: len(tokens)]
-    source = (proposal.source or plan.source or r.request.proposer) if tokens else "none"
+    source = (proposal.source or plan.source or r.proposer) if tokens else "none"
     return Proposal(tokens, probs, source, proposal.fed)
 
 

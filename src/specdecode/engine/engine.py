@@ -167,24 +167,32 @@ class Engine(Scheduler):
         clock.lap("plan")
         proposals = self._propose(rows, plans)
         clock.lap("propose")
+        prefilling = [bool(r.unfed) for r in rows]
         logits = self._score(rows, proposals)
         clock.lap("score")
         verdicts = [self.verifier.verify(r, logits[b], proposals[b]) for b, r in enumerate(rows)]
         self._drop_rejected(proposals, verdicts)
         clock.lap("verify")
         draft_s, verify_s = clock.sum("plan", "propose"), clock.sum("score", "verify")
-        self._learn(rows, plans, proposals, verdicts, draft_s, verify_s)
+        # A pass that also prefilled a prompt says nothing of what scoring drafts costs.
+        self._learn(rows, plans, proposals, verdicts, draft_s, 0.0 if any(prefilling) else verify_s)
         clock.lap("learn")
-        finished = [r for r, p, v in zip(rows, proposals, verdicts)
-                    if self._commit(r, p, v, draft_s, verify_s, clock.stages)]
+        finished = [r for r, p, v, pre in zip(rows, proposals, verdicts, prefilling)
+                    if self._commit(r, p, v, draft_s, verify_s, clock.stages, pre)]
         self._leave(finished, None)
 
     # -- pieces of the step ----------------------------------------------------------------------
 
     def _score(self, rows: list[Row], proposals: list[Proposal]) -> list[torch.Tensor]:
         """One target pass over every row's last token and its drafts; with any tree in the batch,
-        every row goes as a tree (a chain is a tree with one child per node)."""
-        feeds = [[r.context[-1]] + p.tokens for r, p in zip(rows, proposals)]
+        every row goes as a tree (a chain is a tree with one child per node). A row whose prompt
+        is still unfed (schedule._join) leads with it, without logits."""
+        unscored = [len(r.unfed) for r in rows]
+        feeds = [r.unfed + [r.context[-1]] + p.tokens for r, p in zip(rows, proposals)]
+        for r in rows:
+            r.unfed = []
+        if any(unscored):
+            return self.target.forward(feeds, unscored=unscored)
         if all(p.parents is None for p in proposals):
             return self.target.forward(feeds)
         return self.target.forward(feeds, parents=[p.feed_parents() for p in proposals])
@@ -238,9 +246,12 @@ class Engine(Scheduler):
                 r.auto.update(p.source if p.source in r.auto.rules else plan.source, drafted, v.accepted, v.chances)
 
     def _commit(self, r: Row, proposal: Proposal, verdict: Verdict, draft_s: float, verify_s: float,
-                stages: dict[str, float]) -> bool:
-        """Book one verified pass for a row and emit its tokens; True when the request is finished."""
+                stages: dict[str, float], prefilled: bool = False) -> bool:
+        """Book one verified pass for a row and emit its tokens; True when the request is finished.
+        A pass that also prefilled the row's prompt is booked as prefill."""
         stats = r.request.stats
+        if prefilled:
+            stats.prefill_s, verify_s = stats.prefill_s + verify_s, 0.0
         stats.record_pass(len(proposal.tokens), verdict.accepted, draft_s, verify_s, verdict.chances,
                           proposal.source, proposal.levels)
         if proposal.parents is not None:

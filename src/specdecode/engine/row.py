@@ -17,13 +17,15 @@ from .textstream import TextStream
 
 class Row:
     def __init__(self, request: Request, tokenizer, eos_ids: frozenset[int], acceptance: AcceptanceTracker,
-                 vocab: int, deterministic_proposer: bool, grammar: Grammar | None = None):
+                 vocab: int, deterministic_proposer: bool, grammar: Grammar | None = None, proposer: str = ""):
         self.request = request
+        self.proposer = proposer or request.proposer  # the proposer's name (the engine's default filled in)
         params = self.params = request.params
         # The ask as the step reads it (fixed for the request's life).
         self.id, self.prompt_ids, self.tree = request.id, request.prompt_ids, request.tree
         self.tenant, self.remember = request.tenant, request.remember
         self.context = list(request.prompt_ids)  # prompt + everything emitted
+        self.unfed: list[int] = []  # prompt tokens the target's cache has yet to take (engine._score)
         self.matcher = grammar
         self.penalties = PenaltyCounts(params, request.prompt_ids, vocab) if params.penalised else None
         self.generator = params.make_generator()

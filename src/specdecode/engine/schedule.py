@@ -109,19 +109,24 @@ class Scheduler:
         rows = []
         for req in group:
             proposer = self.get_proposer(req.proposer)
-            req.proposer = req.proposer or self.default_proposer
             row = Row(req, self.tokenizer, self.eos_token_ids, self.row_acceptance(proposer.sources[0]),
                       self.target.vocab_size, not proposer.uses_draft_model,
-                      self.grammars().compile(req.grammar) if req.grammar is not None else None)
+                      self.grammars().compile(req.grammar) if req.grammar is not None else None,
+                      req.proposer or self.default_proposer)
             if req.k == "auto":
                 row.auto = self._auto_k(proposer.sources)
             rows.append(row)
         # Everything but the last prompt token is prefilled: the first pass feeds that one with the
         # first drafts, so every emitted token, the first included, goes through the same rejection step.
-        self.target.add_rows(prompt[:-1], len(group))
+        # A request alone in the batch, on a runner that can, is prefilled within that first pass
+        # (one pass, not two); a prefill that fails then ends no other request.
+        within_pass = len(group) == 1 and not self.rows and self.target_prefills_in_pass
+        self.target.add_rows([] if within_pass else prompt[:-1], len(group))
+        if within_pass:
+            rows[0].unfed = list(prompt[:-1])
         by_proposer: dict[str, list[Row]] = {}
         for row in rows:
-            by_proposer.setdefault(row.request.proposer, []).append(row)
+            by_proposer.setdefault(row.proposer, []).append(row)
         try:
             for name, members in by_proposer.items():
                 if any(r.request.k != 0 for r in members):
@@ -136,6 +141,10 @@ class Scheduler:
             req.stats.prefill_s = time.perf_counter() - start
         self.counters["admitted"] += len(group)
 
+    @property
+    def target_prefills_in_pass(self) -> bool:
+        return getattr(self.target, "prefills_in_pass", False) and not getattr(self.target, "trees", False)
+
     def _leave(self, rows: list[Row], reason: str | None) -> None:
         """Rows leave the batch: finished by their own stop rule (reason None) or aborted."""
         if not rows:
@@ -144,7 +153,7 @@ class Scheduler:
         self.target.remove_rows([b for b, r in enumerate(self.rows) if id(r) in gone])
         self.rows = [r for r in self.rows if id(r) not in gone]
         for r in rows:
-            self.proposers[r.request.proposer].leave([r])
+            self.proposers[r.proposer].leave([r])
             if reason is not None:
                 r.finish(reason)
                 self.counters["aborted"] += 1

@@ -20,7 +20,7 @@ def plan_rows(rows, proposers: dict, policy: LoadPolicy, costs, k_max: int, limi
     draft nothing: a probe measures acceptance, and that is not worth a draft model's catch-up."""
     plans, wants = [], []
     for r in rows:
-        proposer = proposers[r.request.proposer]
+        proposer = proposers[r.proposer]
         model = proposer.uses_draft_model
         if r.auto is not None:
             reach = proposer.reach(r, k_max)

@@ -9,7 +9,7 @@ import torch
 from ..models.backends.base import Runner
 from ..policy.knobs import TreeKnobs
 from ..verification.invariant import race_argmax
-from ..sampling.params import SamplingParams, pad_vocab, probs_from_logits, sample_from
+from ..sampling.params import SamplingParams, argmax_ids, pad_vocab, probs_from_logits, sample_from
 from .base import Proposal
 
 # Draft tokens a row may be behind (while other rows draft) before it is re-prefilled alone.
@@ -189,7 +189,7 @@ def next_draft(logits: torch.Tensor, params: SamplingParams, generator: torch.Ge
     after it only decides how many more tokens to draft, which may depend on everything drafted.
     """
     if params.greedy:
-        token, q = int(logits.argmax()), None
+        token, q = argmax_ids(logits.reshape(-1))[0], None
     else:
         q = pad_vocab(probs_from_logits(logits, params), target_vocab)
         # Drafter-invariant sampling: the draft's race winner under the position's shared noise.

@@ -23,7 +23,7 @@ from .block import block_rejection_sample
 from .invariant import race_argmax
 from .logprobs import logprob_rows, pick
 from .rejection import rejection_sample
-from ..sampling.params import SamplingParams, probs_from_logits
+from ..sampling.params import SamplingParams, argmax_ids, probs_from_logits
 from .tree import Residual, exact_residual, walk, walk_invariant
 
 RejectFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]  # rejection_sample's signature
@@ -83,7 +83,7 @@ def greedy_verdict(logits: torch.Tensor, drafts: list[int]) -> Verdict:
     the argmax, emit the argmax at the first that does not. Computed from the argmaxes alone, this
     skips the vocabulary-wide one-hot and random draw a sampled row needs (tests/test_rejection.py
     checks it against both rules)."""
-    best = logits.argmax(-1).tolist()
+    best = argmax_ids(logits)
     accepted = next((i for i, x in enumerate(drafts) if x != best[i]), len(drafts))
     chances = [1.0 if x == best[i] else 0.0 for i, x in enumerate(drafts)]
     return Verdict(drafts[:accepted] + [best[accepted]], accepted, chances)

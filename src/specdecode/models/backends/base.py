@@ -18,6 +18,10 @@ class Runner(Protocol):
     forward(feeds, parents=...) with parents[b][j] the index in feeds[b] of the token that token j
     follows (-1: the row's cache), then prune(keep) keeps the fed tokens keep[b] of each row (a path
     from its first token down) and drops the rest. The engine refuses trees on other runners.
+
+    A runner that sets `prefills_in_pass = True` (and not `trees`) takes forward(feeds,
+    unscored=...): the first unscored[b] tokens of feeds[b] enter the cache without logits, so that
+    a row's prompt and its first drafts go in one pass (logits [len(feeds[b]) - unscored[b], V]).
     """
 
     vocab_size: int  # width of the logits it returns

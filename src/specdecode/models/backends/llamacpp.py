@@ -132,6 +132,9 @@ class LlamaCppRunner:
     """
 
     backend = "llamacpp"
+    # A row's prompt may come in the pass that scores its first drafts (forward's `unscored`): one
+    # llama_decode instead of a prefill and then a one-token pass (base.Runner).
+    prefills_in_pass = True
 
     def __init__(self, llm, gguf: Path | None = None, n_ctx: int = 4096, max_rows: int = 16,
                  total_ctx: int | None = None, embeddings=None):
@@ -220,14 +223,15 @@ class LlamaCppRunner:
             self.seq.append(sid)
             self.lengths.append(len(prefix))
 
-    def forward(self, feeds: list[list[int]], last_only: bool = False) -> list[torch.Tensor]:
+    def forward(self, feeds: list[list[int]], last_only: bool = False,
+                unscored: list[int] | None = None) -> list[torch.Tensor]:
         if len(feeds) != self.rows:
             raise ValueError(f"expected {self.rows} rows, got {len(feeds)}")
         for b, feed in enumerate(feeds):
             if self.lengths[b] + len(feed) > self.max_context:
                 raise ValueError(f"{self.lengths[b] + len(feed)} tokens do not fit the llama.cpp context of "
                                  f"{self.max_context}: load it with a larger n_ctx")
-        return self._decode([(b, feed) for b, feed in enumerate(feeds)], last_only)
+        return self._decode([(b, feed) for b, feed in enumerate(feeds)], last_only, unscored)
 
     def rollback(self, drop: list[int]) -> None:
         for b, d in enumerate(drop):
@@ -243,8 +247,10 @@ class LlamaCppRunner:
         self.seq = [s for b, s in enumerate(self.seq) if b not in gone]
         self.lengths = [n for b, n in enumerate(self.lengths) if b not in gone]
 
-    def _decode(self, feeds: list[tuple[int, list[int]]], last_only: bool) -> list[torch.Tensor]:
-        """Every (row, tokens) in as few llama_decode calls as n_batch allows; logits where wanted."""
+    def _decode(self, feeds: list[tuple[int, list[int]]], last_only: bool,
+                unscored: list[int] | None = None) -> list[torch.Tensor]:
+        """Every (row, tokens) in as few llama_decode calls as n_batch allows; logits where wanted
+        (none for the first unscored[row] tokens of a row)."""
         wanted: list[tuple[int, int]] = []  # (row, index in the llama_batch) of each logit wanted
         out: dict[int, list[torch.Tensor]] = {b: [] for b, _ in feeds}  # per row, its logits per llama_decode
         batch, n = self._batch, 0
@@ -277,7 +283,7 @@ class LlamaCppRunner:
             for j, token in enumerate(tokens):
                 if n == self._n_batch:
                     flush()
-                keep = j == len(tokens) - 1 or not last_only
+                keep = (j == len(tokens) - 1 or not last_only) and (unscored is None or j >= unscored[b])
                 if self._embeddings is not None:
                     fed.append(token)
                 else:
