@@ -306,3 +306,38 @@ def test_a_lone_request_is_prefilled_within_its_first_pass(monkeypatch):
     gen.run_until_idle()
     assert first.generated == gen.generate(ids, params, k=0, chat=False, proposer="none").token_ids
     assert late.finish_reason == "length" and len(late.generated) == 12
+
+
+@needs_llamacpp
+@pytest.mark.realmodel
+@pytest.mark.parametrize("setting", ["1", "0"])
+def test_a_loaded_runner_keeps_its_weights_on_huge_pages(setting):
+    """The weights llama.cpp copies out of the GGUF go onto 2 MB pages where the kernel allows it
+    (huge_pages.supported() probes that); SPECDECODE_HUGE_PAGES=0 leaves them on 4 KB pages. In a
+    fresh process, as a command loads its models."""
+    import os
+    import subprocess
+
+    child = """
+import json
+from specdecode.models.backends import huge_pages, llamacpp
+from specdecode.models.registry import resolve
+def anon_huge():
+    with open("/proc/self/smaps_rollup") as f:
+        return next(int(line.split()[1]) << 10 for line in f if line.startswith("AnonHugePages:"))
+before = anon_huge()
+runner = llamacpp.LlamaCppRunner.load(resolve("default", "draft").gguf, n_ctx=256, max_rows=1)
+runner.add_rows([1, 2, 3])
+width = runner.forward([[4]])[0].shape[1]
+print(json.dumps({"moved": runner.huge_page_bytes, "grew": anon_huge() - before, "width": width,
+                  "supported": huge_pages.supported()}))
+"""
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "SPECDECODE_HUGE_PAGES": setting})
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["width"] > 0
+    if setting == "1" and got["supported"]:
+        assert got["moved"] > 100 << 20 and got["grew"] >= got["moved"] * 0.9
+    else:
+        assert got["moved"] == 0

@@ -23,7 +23,7 @@ import torch
 
 from ..registry import ModelError
 from ..spec import QUANTS
-from . import ggml_thread
+from . import ggml_thread, huge_pages
 
 
 def available() -> bool:
@@ -168,6 +168,7 @@ class LlamaCppRunner:
         _OPEN.add(self)
         self.seq: list[int] = []  # sequence id of each row
         self.lengths: list[int] = []
+        self.huge_page_bytes = 0  # of the weights, on 2 MB pages (load)
 
     def close(self) -> None:
         """Free the batch, the context and the weights now, while the library is still loaded."""
@@ -188,9 +189,13 @@ class LlamaCppRunner:
     @classmethod
     def load(cls, path: str | Path, n_ctx: int = 4096, n_threads: int | None = None,
              max_rows: int = 16, embeddings=None, gpu: bool = False) -> "LlamaCppRunner":
-        """gpu: every layer offloaded to the GPU (a build with GPU offload: gpu_offload())."""
-        return cls(load_llama(path, n_ctx=64, n_threads=n_threads, gpu=gpu), Path(path), n_ctx=n_ctx,
-                   max_rows=max_rows, embeddings=embeddings)
+        """gpu: every layer offloaded to the GPU (a build with GPU offload: gpu_offload()). The
+        weights llama.cpp copies into memory of its own go onto huge pages (huge_pages.py)."""
+        with huge_pages.collapsed() as moved:
+            llm = load_llama(path, n_ctx=64, n_threads=n_threads, gpu=gpu)
+        runner = cls(llm, Path(path), n_ctx=n_ctx, max_rows=max_rows, embeddings=embeddings)
+        runner.huge_page_bytes = moved.bytes
+        return runner
 
     @staticmethod
     def vocab_of(path: Path) -> int:
@@ -246,6 +251,12 @@ class LlamaCppRunner:
             self._free.append(self.seq[b])
         self.seq = [s for b, s in enumerate(self.seq) if b not in gone]
         self.lengths = [n for b, n in enumerate(self.lengths) if b not in gone]
+        if not self.seq:
+            # Empty: start the cells over. llama.cpp places new tokens from a moving head, so cells
+            # freed by rollbacks and finished rows leave the used range spread over more of the
+            # cache, and every pass attends over that range (a one-token pass grew by ~2 ms over
+            # a bench's worth of requests before this).
+            self._lib.llama_memory_clear(self._ctx.memory, False)
 
     def _decode(self, feeds: list[tuple[int, list[int]]], last_only: bool,
                 unscored: list[int] | None = None) -> list[torch.Tensor]:
