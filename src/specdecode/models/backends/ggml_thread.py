@@ -23,13 +23,18 @@ _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 
 
-@functools.cache
-def has_amx() -> bool:
-    """Whether this llama.cpp build runs AMX kernels (decided when it was compiled: see the Makefile).
-    Read from llama.cpp here rather than through llamacpp.system_info: that module imports this one."""
+def system_info() -> str:
+    """The CPU features this llama.cpp build's kernels were compiled for (chosen at build time);
+    llamacpp.system_info is this."""
     import llama_cpp
 
-    return "AMX_INT8 = 1" in llama_cpp.llama_print_system_info().decode()
+    return llama_cpp.llama_print_system_info().decode().strip()
+
+
+@functools.cache
+def has_amx() -> bool:
+    """Whether this llama.cpp build runs AMX kernels (decided when it was compiled: see the Makefile)."""
+    return "AMX_INT8 = 1" in system_info()
 
 
 def run(fn: Callable[..., T], *args, **kwargs) -> T:

@@ -5,8 +5,10 @@ llama.cpp copies most of a quantised model's weights out of the mapped GGUF into
 (the layout its matrix kernels read: its AMX and repacked buffers), allocated with malloc, so on
 4 KB pages unless the system makes every allocation huge (transparent huge pages set to "always";
 many distributions ship "madvise"). After the model loads, `collapsed()` asks the kernel to move
-the new anonymous regions it made onto huge pages (madvise MADV_COLLAPSE, Linux 6.1+; it copies, about
-a second per GB). Where the kernel refuses, nothing changes and the count says so.
+the anonymous regions the load made or filled onto huge pages (madvise MADV_COLLAPSE, Linux 6.1+;
+it copies the memory: seconds per GB, measured in docs/backends.md). Where the kernel refuses,
+nothing changes and the count says so; a load that lands in memory an earlier model freed, with no
+region made or grown, is not seen.
 
 SPECDECODE_HUGE_PAGES=0 turns it off (to measure what it is worth: `specdecode profile curve`
 with and without).
@@ -107,7 +109,7 @@ def collapsed():
 
 
 def supported() -> bool:
-    """Whether this kernel moves anonymous memory onto huge pages on request (a 4 MB probe)."""
+    """Whether this kernel moves anonymous memory onto huge pages on request (a 6 MB probe)."""
     import mmap
 
     size = 2 * HUGE + HUGE  # room for one aligned 2 MB page whatever the mapping's alignment

@@ -24,6 +24,7 @@ import torch
 from ..registry import ModelError
 from ..spec import QUANTS
 from . import ggml_thread, huge_pages
+from .ggml_thread import system_info  # noqa: F401 - the build's CPU features, read by reports
 
 
 def available() -> bool:
@@ -32,13 +33,6 @@ def available() -> bool:
     except ImportError:
         return False
     return True
-
-
-def system_info() -> str:
-    """The CPU features this llama.cpp build's kernels were compiled for (chosen at build time)."""
-    import llama_cpp
-
-    return llama_cpp.llama_print_system_info().decode().strip()
 
 
 def require() -> None:
@@ -254,8 +248,7 @@ class LlamaCppRunner:
         if not self.seq:
             # Empty: start the cells over. llama.cpp places new tokens from a moving head, so cells
             # freed by rollbacks and finished rows leave the used range spread over more of the
-            # cache, and every pass attends over that range (a one-token pass grew by ~2 ms over
-            # a bench's worth of requests before this).
+            # cache, and every pass attends over that range (docs/backends.md measures it).
             self._lib.llama_memory_clear(self._ctx.memory, False)
 
     def _decode(self, feeds: list[tuple[int, list[int]]], last_only: bool,
