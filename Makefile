@@ -32,12 +32,21 @@ LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 	-DGGML_OPENMP=OFF) \
 	$(if $(AMX_RUNS_NO_DSE),-DCMAKE_C_FLAGS=-fno-dse -DCMAKE_CXX_FLAGS=-fno-dse)
 LLAMA_VERSION := $(shell sed -n 's/.*"llama-cpp-python\(\[[a-z,]*\]\)\{0,1\}==\([0-9.]*\)".*/\2/p' pyproject.toml)
-LLAMA_WHEELS := $(or $(SPECDECODE_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/specdecode)/wheels/llama-cpp-python-$(LLAMA_VERSION)-$(shell echo '$(strip $(LLAMA_CMAKE_ARGS))' | md5sum | cut -c1-12)
+# An AMX build gets one kernel more (make/llama-cpp-amx-rows.patch): llama.cpp sends every pass of two
+# tokens or more through its tile kernel, which at a few rows costs nearly twice a one-token pass;
+# the patch runs passes of 2-8 tokens against Q4_0 and Q6_K weights with VNNI, reading the weights
+# once, with the same logits bit for bit (docs/backends.md, "Passes of a few tokens on AMX").
+LLAMA_PATCH := $(if $(AMX_RUNS)$(AMX_RUNS_NO_DSE),make/llama-cpp-amx-rows.patch)
+llama_key = $(shell echo '$(strip $(1))' | md5sum | cut -c1-12)
+LLAMA_CACHE := $(or $(SPECDECODE_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/specdecode)/wheels
+LLAMA_WHEELS := $(LLAMA_CACHE)/llama-cpp-python-$(LLAMA_VERSION)-$(call llama_key,$(LLAMA_CMAKE_ARGS) \
+	$(if $(LLAMA_PATCH),$(shell md5sum < $(LLAMA_PATCH) | cut -c1-12)))
 
 # llama.cpp's own server (`llama-server`), a third-party peer for `verify`, `bench` and `tune` with
-# --endpoint: built from the llama.cpp inside the same llama-cpp-python sdist, with the same CPU flags,
-# statically linked, cached beside the wheel, and copied into the venv's bin/.
-LLAMA_SERVER_CACHE := $(LLAMA_WHEELS)/llama-server
+# --endpoint: built from the llama.cpp inside the same llama-cpp-python sdist, with the same CPU flags
+# and without our patch (it stands for the llama.cpp users run), statically linked, cached beside the
+# wheel, and copied into the venv's bin/.
+LLAMA_SERVER_CACHE := $(LLAMA_CACHE)/llama-cpp-python-$(LLAMA_VERSION)-$(call llama_key,$(LLAMA_CMAKE_ARGS))/llama-server
 LLAMA_SERVER := $(VENV)/bin/llama-server
 
 .PHONY: install demo test clean llama-server
@@ -48,7 +57,7 @@ SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 QUIET := 2>&1 | { grep -v -e 'is ignored: it is neither a file nor a directory' || true; }
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile $(LLAMA_PATCH)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip $(QUIET)
 	# The CPU wheel of torch on this machine; a looser spec would pull a CUDA build.
@@ -56,8 +65,12 @@ $(STAMP): pyproject.toml Makefile
 	# llama-cpp-python compiles llama.cpp (~7 min on 2 cores, once per set of CPU flags).
 	@ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1 || \
 		echo "building llama.cpp for this CPU: about 7 minutes on 2 cores, once (cached in $(LLAMA_WHEELS))"
-	ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1 || CMAKE_ARGS="$(strip $(LLAMA_CMAKE_ARGS))" \
-		$(PY) -m pip wheel -q --no-deps --no-cache-dir -w $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_VERSION) $(QUIET)
+	ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1 || { tmp=$$(mktemp -d) && \
+		$(PY) -m pip download -q --no-deps --no-binary :all: -d $$tmp llama-cpp-python==$(LLAMA_VERSION) $(QUIET) && \
+		tar -xzf $$tmp/llama_cpp_python-$(LLAMA_VERSION).tar.gz -C $$tmp && \
+		$(if $(LLAMA_PATCH),patch -s -p1 -d $$tmp/llama_cpp_python-$(LLAMA_VERSION) < $(LLAMA_PATCH) &&) \
+		CMAKE_ARGS="$(strip $(LLAMA_CMAKE_ARGS))" $(PY) -m pip wheel -q --no-deps --no-cache-dir -w $(LLAMA_WHEELS) \
+			$$tmp/llama_cpp_python-$(LLAMA_VERSION) $(QUIET); status=$$?; rm -rf $$tmp; exit $$status; }
 	# Reinstalled even at the same version: a change of CPU flags makes another wheel of that version.
 	$(PY) -m pip install -q --force-reinstall --no-deps $(LLAMA_WHEELS)/llama_cpp_python-*.whl $(QUIET)
 	$(PY) -m pip install -q -e '.[all,dev,llamacpp,onnx]' $(QUIET)

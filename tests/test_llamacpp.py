@@ -341,3 +341,33 @@ print(json.dumps({"moved": runner.huge_page_bytes, "grew": anon_huge() - before,
         assert got["moved"] > 100 << 20 and got["grew"] >= got["moved"] * 0.9
     else:
         assert got["moved"] == 0
+
+
+@needs_llamacpp
+@pytest.mark.realmodel
+def test_passes_of_a_few_tokens_score_like_one_token_passes():
+    """A verify pass of 2-9 tokens on the Q4_0 target (Q4_0 layers, a Q6_K output layer) gives each
+    token the logits it gets fed alone, up to llama.cpp's batched rounding. On an AMX build, passes of
+    2-8 tokens run make/llama-cpp-amx-rows.patch's kernels (9 runs the tiles), and the build has them."""
+    import random
+
+    from specdecode.models.backends import ggml_thread
+    from specdecode.models.registry import resolve
+
+    if ggml_thread.has_amx():
+        assert ggml_thread.vnni_rows_max() == 8 and "AMX_VNNI_ROWS = 8" in llamacpp.system_info()
+    r = llamacpp.LlamaCppRunner.load(llamacpp.requantized(resolve("default", "target").gguf, "q4_0"), n_ctx=512)
+    rng = random.Random(0)
+    prefix = [rng.randrange(1000, 30000) for _ in range(40)]
+    for width in range(2, 10):
+        tokens = [rng.randrange(1000, 30000) for _ in range(width)]
+        block = logits_of(r, prefix, tokens)
+        r.add_rows(prefix)
+        singles = torch.stack([r.forward([[t]])[0][0] for t in tokens])
+        r.remove_rows([0])
+        gap = (singles - block).abs().max()
+        assert gap < 0.5, width
+        assert (singles.argmax(-1) == block.argmax(-1)).float().mean() >= 0.75, width
+        # Control: another token's logits are far off, so a kernel that mixed up rows would fail.
+        assert (singles.roll(1, 0) - block).abs().max() > 10 * gap, width
+    assert r.rows == 0

@@ -11,10 +11,12 @@ runs where it is made.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -24,11 +26,28 @@ _pool: ThreadPoolExecutor | None = None
 
 
 def system_info() -> str:
-    """The CPU features this llama.cpp build's kernels were compiled for (chosen at build time);
-    llamacpp.system_info is this."""
+    """The CPU features this llama.cpp build's kernels were compiled for (chosen at build time), and
+    the widest pass our AMX patch runs with VNNI where the build has it; llamacpp.system_info is this.
+    Costs measured on one build are cached under this string, so a rebuild measures again."""
     import llama_cpp
 
-    return llama_cpp.llama_print_system_info().decode().strip()
+    info = llama_cpp.llama_print_system_info().decode().strip()
+    rows = vnni_rows_max()
+    return f"{info} AMX_VNNI_ROWS = {rows} |" if rows else info
+
+
+@functools.cache
+def vnni_rows_max() -> int:
+    """The widest pass (tokens) that make/llama-cpp-amx-rows.patch runs against Q4_0 and Q6_K weights
+    with VNNI instead of AMX tiles, read from the installed library; 0 for a build without it."""
+    import llama_cpp
+
+    for path in sorted((Path(llama_cpp.__file__).parent / "lib").glob("libggml-cpu.so*")):
+        try:
+            return ctypes.c_int.in_dll(ctypes.CDLL(str(path)), "specdecode_amx_vnni_rows_max").value
+        except (OSError, ValueError):
+            return 0
+    return 0
 
 
 @functools.cache
