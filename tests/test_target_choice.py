@@ -93,3 +93,32 @@ def test_the_measured_costs_seed_k_autos_curves():
     empty = PassCosts()
     seed_costs(empty, None, None)
     assert not empty.verify.points
+
+
+def test_the_chosen_drafts_measured_agreement_is_its_acceptance_before_any_pass():
+    """--draft auto measured how often the chosen draft agrees with the target; k=auto starts the
+    draft model's acceptance there. At the knob's prior of 0.5 a draft that pays (77% here, a
+    third of a target pass a token, a two-token pass 1.15x a one-token one) is priced as not paying,
+    so k=auto would never draft from it and never learn better (the control)."""
+    from types import SimpleNamespace
+
+    from specdecode.engine.config import EngineConfig
+    from specdecode.engine.engine import Engine
+    from specdecode.models.generator import seed_draft_prior
+    from specdecode.policy.auto_k import AdaptiveK
+    from specdecode.policy.costs import CostCurve
+
+    drafts = {"choice": "d", "table": {"d": {"greedy": 0.77, "sampled": 0.76, "draft_ms": 14.0},
+                                       "e": {"greedy": 0.9, "sampled": 0.9, "draft_ms": 40.0}}}
+    gen = SimpleNamespace(source_priors={}, pooled_acceptance={}, config=EngineConfig())
+    seed_draft_prior(gen, drafts)
+    assert gen.source_priors == {"draft": 0.76}  # the chosen one's, the lower of greedy and T = 1
+    seeded = Engine.pooled(gen, "draft")
+    assert seeded.conditional[0] == pytest.approx(0.76)
+    assert Engine.pooled(gen, "ngram3").conditional[0] == pytest.approx(EngineConfig().acceptance.prior)
+    verify = CostCurve({1: 0.041, 2: 0.048, 3: 0.051, 4: 0.056})
+    assert AdaptiveK().best(0.014, verify, seeded)[0] > 0
+    unseeded = SimpleNamespace(source_priors={}, pooled_acceptance={}, config=EngineConfig())
+    assert AdaptiveK().best(0.014, verify, Engine.pooled(unseeded, "draft"))[0] == 0
+    seed_draft_prior(unseeded, None)  # a draft named by the user was not measured: the knob's prior
+    assert unseeded.source_priors == {}

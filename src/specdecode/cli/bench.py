@@ -98,7 +98,8 @@ def bench(
     from ..bench.workloads import length_sweep, load_workload
     from ..models.device import resolve_device
     from ..models.draft_choice import AUTO
-    from ..models.generator import build_generator, choose_draft, choose_target, load_models
+    from ..models.generator import (build_generator, choose_draft, choose_target, load_models, seed_costs,
+                                    seed_draft_prior)
     from ..models.loader import backend_name, load_draft, torch_model
     from ..proposers import WITH_DRAFT
 
@@ -159,6 +160,12 @@ def bench(
     gen = build_generator(target_model, tokenizer, "draft" if draft_model is not None else "none", draft_model,
                           draft_tok, draft_context=window,
                           suffix_memory=check_suffix_tokens(suffix_cache_tokens))
+    # k=auto starts from what the choices measured here, as a generator loaded with "auto" does
+    # (models/generator.load_generator); the choices are cached, so this reads them.
+    draft_found = choose_draft(target, target_model, tokenizer, resolved_dtype, resolved_draft, resolved_device) \
+        if drafts and drafts[0] == AUTO and draft_model is not None else None
+    seed_costs(gen.pass_costs, target_found, draft_found)
+    seed_draft_prior(gen, draft_found)
     too_long = [(p.id, p.category, n) for p in prompts
                 if (n := len(gen.encode(p.turns[0]))) + max_new_tokens > gen.target.max_context]
     if too_long:

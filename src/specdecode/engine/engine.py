@@ -71,6 +71,9 @@ class Engine(Scheduler):
         # and these models really cost, and from how well each source has been doing lately.
         self.pass_costs = PassCosts()
         self.pooled_acceptance: dict[str, AcceptanceTracker] = {}
+        # A source's acceptance before any pass has judged it, where it was measured (the draft
+        # model's agreement with the target when --draft auto chose it); the knob's prior elsewhere.
+        self.source_priors: dict[str, float] = {}
         self.policy = LoadPolicy(self.pass_costs, enabled=self.config.load_policy, knobs=self.config.load_cap)
         self.verifier = Verifier(self.config.reject, self.config.tree_residual)
         self._branch_like(self.config)
@@ -275,7 +278,8 @@ class Engine(Scheduler):
         tracker = self.pooled_acceptance.get(source)
         if tracker is None:  # built only when missing: this runs every step
             a = self.config.acceptance
-            tracker = self.pooled_acceptance[source] = AcceptanceTracker(a.prior, a.prior_weight, a.pooled_decay)
+            prior = self.source_priors.get(source, a.prior)
+            tracker = self.pooled_acceptance[source] = AcceptanceTracker(prior, a.prior_weight, a.pooled_decay)
         return tracker
 
     def row_acceptance(self, source: str) -> AcceptanceTracker:

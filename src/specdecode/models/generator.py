@@ -70,6 +70,7 @@ def load_generator(
         gen.info["draft_choice"] = {"choice": draft_choice_["choice"], "why": draft_choice_["why"]}
         draft = draft_choice_["choice"]
     seed_costs(gen.pass_costs, target_choice_, draft_choice_)
+    seed_draft_prior(gen, draft_choice_)
     gen.info.update(target=target, draft=draft if draft_model is not None else None, dtype=parse_dtype(dtype), device=device,
                     draft_dtype=parse_dtype(draft_dtype or dtype) if draft_model is not None else None)
     return gen
@@ -103,6 +104,16 @@ def seed_costs(costs, target_found: dict | None, draft_found: dict | None) -> No
         costs.verify.observe(int(width), ms / 1000)
     if draft_found is not None and draft_found["choice"] in draft_found.get("table", {}):
         costs.draft.observe(1, draft_found["table"][draft_found["choice"]]["draft_ms"] / 1000)
+
+
+def seed_draft_prior(gen, draft_found: dict | None) -> None:
+    """Start the draft model's acceptance from its agreement with the target that --draft auto
+    measured on the calibration text (the lower of greedy and T = 1), instead of the knob's prior.
+    With the prior alone a good draft could look as if it never paid: k=auto then never drafted
+    from it or caught it up, and never learnt better."""
+    row = (draft_found or {}).get("table", {}).get((draft_found or {}).get("choice"))
+    if row is not None:
+        gen.source_priors["draft"] = min(row["greedy"], row["sampled"])
 
 
 def choose_target(dtype: str, device: str = "cpu") -> dict:

@@ -138,9 +138,10 @@ class DraftModelProposer:
                 shaped = self._shape(row, logits[b][-1], out[i].tokens)
                 token, q, sure = next_draft(shaped, row.params, row.generator, self.target_vocab, plans[i].min_confidence,
                                              noise)
-                for alternative in next_choices(shaped, q, token, self.tree):
-                    if plans[i].nodes > k + len(branches.get(i, ())):
-                        branches.setdefault(i, []).append((len(out[i].tokens), *alternative))
+                if plans[i].nodes > k + len(branches.get(i, ())):  # a tree with room for siblings
+                    for alternative in next_choices(shaped, q, token, self.tree):
+                        if plans[i].nodes > k + len(branches.get(i, ())):
+                            branches.setdefault(i, []).append((len(out[i].tokens), *alternative))
                 out[i].tokens.append(token)
                 if q is not None:
                     probs[i].append(q)
