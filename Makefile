@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # llama.cpp picks its CPU kernels when it is compiled, so it is built for the CPU that builds it:
 # AVX2, plus AVX-512 (VNNI, BF16, VBMI) where /proc/cpuinfo lists them (what that buys is measured
 # in docs/backends.md, "llama.cpp build").
-# AMX (int8 tiles: llama.cpp runs a pass of 2-32 tokens of a Q4_0/Q4_K/Q8_0 model through them) only
+# AMX (int8 tiles: llama.cpp runs a pass of 9-32 tokens of a Q4_0/Q4_K/Q8_0 model through them) only
 # where make/amx_probe.c, compiled and run here, gets a tile product right: a virtual machine can list
 # AMX in /proc/cpuinfo without enabling its state, and GCC 12 miscompiles llama.cpp's tile setup
 # unless dead-store elimination is off (the probe says which; either way a bad build would die with
