@@ -90,9 +90,17 @@ def test_the_measured_costs_seed_k_autos_curves():
     costs = PassCosts()
     seed_costs(costs, target, drafts)  # the curve measured beside this very draft wins
     assert costs.verify(2) == pytest.approx(0.030) and costs.draft_step(1) == pytest.approx(0.009)
+    # A catch-up is priced before one is measured: the target's measured prefill time a token times
+    # the draft's cost against a target step (9 / 20 ms here); without a prefill rate it is not.
+    prefill = target["table"]["llamacpp"]["prefill_tokens_per_s"]
+    assert costs.catch_up_seconds(100) == pytest.approx(100 / prefill * 9 / 20)
+    del target["table"]["llamacpp"]["prefill_tokens_per_s"]
+    costs = PassCosts()
+    seed_costs(costs, target, drafts)
+    assert costs.catch_up is None
     empty = PassCosts()
     seed_costs(empty, None, None)
-    assert not empty.verify.points
+    assert not empty.verify.points and empty.catch_up is None
 
 
 def test_the_chosen_drafts_measured_agreement_is_its_acceptance_before_any_pass():

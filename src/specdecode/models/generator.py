@@ -103,7 +103,14 @@ def seed_costs(costs, target_found: dict | None, draft_found: dict | None) -> No
     for width, ms in (verify_ms or {}).items():
         costs.verify.observe(int(width), ms / 1000)
     if draft_found is not None and draft_found["choice"] in draft_found.get("table", {}):
-        costs.draft.observe(1, draft_found["table"][draft_found["choice"]]["draft_ms"] / 1000)
+        draft_s = draft_found["table"][draft_found["choice"]]["draft_ms"] / 1000
+        costs.draft.observe(1, draft_s)
+        # A draft's catch-up (its prefill of a prompt it has not seen), until one is measured: the
+        # target's measured prefill time a token, scaled by what a draft step costs against a target
+        # step. Unpriced, the first catch-up of a process was taken as free, whatever the prompt.
+        target_row = (target_found or {}).get("table", {}).get((target_found or {}).get("choice"), {})
+        if target_row.get("prefill_tokens_per_s") and costs.verify(1) > 0:
+            costs.observe_catch_up(1, draft_s / costs.verify(1) / target_row["prefill_tokens_per_s"])
 
 
 def seed_draft_prior(gen, draft_found: dict | None) -> None:
