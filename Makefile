@@ -34,8 +34,8 @@ LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 LLAMA_VERSION := $(shell sed -n 's/.*"llama-cpp-python\(\[[a-z,]*\]\)\{0,1\}==\([0-9.]*\)".*/\2/p' pyproject.toml)
 # An AMX build gets one kernel more (make/llama-cpp-amx-rows.patch): llama.cpp sends every pass of two
 # tokens or more through its tile kernel, which at a few rows costs nearly twice a one-token pass;
-# the patch runs passes of 2-8 tokens against Q4_0 and Q6_K weights with VNNI, reading the weights
-# once, with the same logits bit for bit (docs/backends.md, "Passes of a few tokens on AMX").
+# the patch runs passes of 2-8 tokens against Q4_0, Q8_0 and Q6_K weights with VNNI, reading the
+# weights once, with the same logits bit for bit (docs/backends.md, "Passes of a few tokens on AMX").
 LLAMA_PATCH := $(if $(AMX_RUNS)$(AMX_RUNS_NO_DSE),make/llama-cpp-amx-rows.patch)
 llama_key = $(shell echo '$(strip $(1))' | md5sum | cut -c1-12)
 LLAMA_CACHE := $(or $(SPECDECODE_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/specdecode)/wheels

@@ -93,24 +93,31 @@ def load_models(target: str, draft: str | None, dtype: str = "auto", draft_dtype
     return (target_model, tokenizer, *load_draft(draft, draft_dtype, target_model, tokenizer, max_rows, device))
 
 
+def chosen(found: dict | None) -> dict:
+    """The measured row of the candidate a choice (target_choice / draft_choice) picked; {} without one."""
+    found = found or {}
+    return found.get("table", {}).get(found.get("choice"), {})
+
+
 def seed_costs(costs, target_found: dict | None, draft_found: dict | None) -> None:
     """Start k=auto's cost curves from what the choices measured on this machine for exactly these
     models (the verify curve, the draft's step), so the first passes of a generation are priced
     rather than guessed; real passes refine them as always."""
     verify_ms = (draft_found or {}).get("verify_ms")
-    if verify_ms is None and target_found is not None:
-        verify_ms = target_found["table"].get(target_found["choice"], {}).get("verify_ms")
+    if verify_ms is None:
+        verify_ms = chosen(target_found).get("verify_ms")
     for width, ms in (verify_ms or {}).items():
         costs.verify.observe(int(width), ms / 1000)
-    if draft_found is not None and draft_found["choice"] in draft_found.get("table", {}):
-        draft_s = draft_found["table"][draft_found["choice"]]["draft_ms"] / 1000
+    draft_row = chosen(draft_found)
+    if draft_row:
+        draft_s = draft_row["draft_ms"] / 1000
         costs.draft.observe(1, draft_s)
         # A draft's catch-up (its prefill of a prompt it has not seen), until one is measured: the
         # target's measured prefill time a token, scaled by what a draft step costs against a target
         # step. Unpriced, the first catch-up of a process was taken as free, whatever the prompt.
-        target_row = (target_found or {}).get("table", {}).get((target_found or {}).get("choice"), {})
-        if target_row.get("prefill_tokens_per_s") and costs.verify(1) > 0:
-            costs.observe_catch_up(1, draft_s / costs.verify(1) / target_row["prefill_tokens_per_s"])
+        prefill_rate = chosen(target_found).get("prefill_tokens_per_s")
+        if prefill_rate and costs.verify(1) > 0:
+            costs.observe_catch_up(1, draft_s / costs.verify(1) / prefill_rate)
 
 
 def seed_draft_prior(gen, draft_found: dict | None) -> None:
@@ -118,8 +125,8 @@ def seed_draft_prior(gen, draft_found: dict | None) -> None:
     measured on the calibration text (the lower of greedy and T = 1), instead of the knob's prior.
     With the prior alone a good draft could look as if it never paid: k=auto then never drafted
     from it or caught it up, and never learnt better."""
-    row = (draft_found or {}).get("table", {}).get((draft_found or {}).get("choice"))
-    if row is not None:
+    row = chosen(draft_found)
+    if row:
         gen.source_priors["draft"] = min(row["greedy"], row["sampled"])
 
 

@@ -38,16 +38,18 @@ def system_info() -> str:
 
 @functools.cache
 def vnni_rows_max() -> int:
-    """The widest pass (tokens) that make/llama-cpp-amx-rows.patch runs against Q4_0 and Q6_K weights
-    with VNNI instead of AMX tiles, read from the installed library; 0 for a build without it."""
+    """The widest pass (tokens) that make/llama-cpp-amx-rows.patch runs against Q4_0, Q8_0 and Q6_K
+    weights with VNNI instead of AMX tiles, read from the installed CPU library; 0 for a build
+    without it."""
     import llama_cpp
 
-    for path in sorted((Path(llama_cpp.__file__).parent / "lib").glob("libggml-cpu.so*")):
-        try:
-            return ctypes.c_int.in_dll(ctypes.CDLL(str(path)), "specdecode_amx_vnni_rows_max").value
-        except (OSError, ValueError):
-            return 0
-    return 0
+    library = min((Path(llama_cpp.__file__).parent / "lib").glob("libggml-cpu.so*"), default=None)
+    if library is None:
+        return 0
+    try:
+        return ctypes.c_int.in_dll(ctypes.CDLL(str(library)), "specdecode_amx_vnni_rows_max").value
+    except (OSError, ValueError):
+        return 0
 
 
 @functools.cache
