@@ -2,6 +2,8 @@
 
 from types import SimpleNamespace
 
+import torch
+
 import pytest
 
 import tiny
@@ -155,3 +157,37 @@ def test_generation_stops_at_the_context_limit(tok):
     with pytest.raises(RequestError, match="context is 48"):
         gen.generate([7] * 48, greedy(4), chat=False)
     assert len(gen.generate([7] * 47, greedy(4), chat=False).token_ids) == 1
+
+
+class ThreadsSeen:
+    """A runner that reports torch's intra-op threads at each forward pass (and may claim its own)."""
+
+    def __init__(self, runner, own_threads: bool):
+        self._runner, self.own_threads, self.seen = runner, own_threads, []
+
+    def __getattr__(self, name):
+        return getattr(self._runner, name)
+
+    def forward(self, *args, **kwargs):
+        self.seen.append(torch.get_num_threads())
+        return self._runner.forward(*args, **kwargs)
+
+
+@pytest.mark.parametrize("own_threads", [True, False])
+def test_a_step_samples_on_one_torch_thread_only_when_no_torch_model_runs(target_model, tok, own_threads):
+    from specdecode.models.loader import as_runner
+
+    runner = ThreadsSeen(as_runner(target_model), own_threads)
+    gen = SpeculativeGenerator.from_models(runner, tok, "ngram")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        out = gen.generate("The quick brown fox", SamplingParams(max_new_tokens=6, temperature=1.0, seed=3),
+                           chat=False, proposer="none")
+        assert len(out.token_ids) == 6
+        # Runtimes with their own threads leave torch only the sampling: one thread in the step,
+        # and the caller's setting back after it; a torch model keeps the caller's threads.
+        assert set(runner.seen) == ({1} if own_threads else {2})
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

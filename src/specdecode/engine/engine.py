@@ -50,6 +50,20 @@ log = logging.getLogger(__name__)
 __all__ = ["Engine", "EngineConfig", "GenerationOutput", "QueueFull", "Request", "RequestError", "chat_ids"]
 
 
+@contextlib.contextmanager
+def torch_threads(n: int | None):
+    """Torch's intra-op threads set to n inside the block (None: left as they are)."""
+    if n is None:
+        yield
+        return
+    saved = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+
+
 class Engine(Scheduler):
     """Exact speculative decoding over a target Runner and Proposers, for any number of requests.
 
@@ -82,6 +96,11 @@ class Engine(Scheduler):
         self._lock = threading.Lock()
         self._grammars: GrammarCompiler | None = None
         self.counters = {"steps": 0, "speculation_off_steps": 0, "admitted": 0, "finished": 0, "aborted": 0}
+        # With no torch model here, torch does only each row's sampling math over the vocabulary: a
+        # few passes over one row, too short to share out, where every parallel op would first wake
+        # torch's other threads, asleep through the runtime's pass. So a step runs it on one thread.
+        runners = [target] + [p.runner for p in self.proposers.values() if isinstance(p, DraftModelProposer)]
+        self.step_threads = 1 if all(getattr(r, "own_threads", False) for r in runners) else None
 
     @property
     def proposer(self) -> Proposer:
@@ -157,7 +176,8 @@ class Engine(Scheduler):
         if not self.rows:
             return
         try:
-            self._decode()
+            with torch_threads(self.step_threads):
+                self._decode()
         except Exception as exc:
             # The requests in the batch get the message; the operator gets the traceback.
             log.exception("step failed; ending the %d running requests", len(self.rows))
@@ -237,9 +257,11 @@ class Engine(Scheduler):
         if model_rows and not any(p.caught_up for p in model_rows):
             costs.draft.observe(len(model_rows), draft_s / max(p.chain for p in model_rows))
         elif len(model_rows) == 1 and len(rows) == 1:
-            # One row caught up: what is left of the pass beyond its drafting steps is the catch-up.
+            # One row caught up: what the pass cost beyond its drafting steps is the catch-up. Each
+            # token is priced at what it adds (its first step is a pass whatever it carries), so a
+            # catch-up of a few tokens prices a token as a prompt's does, not as a step.
             p = model_rows[0]
-            costs.observe_catch_up(p.fed, draft_s - (p.chain - 1) * costs.draft_step(1))
+            costs.observe_catch_up(p.fed, draft_s - p.chain * costs.draft_step(1))
         for r, plan, p, v in zip(rows, plans, proposals, verdicts):
             # A tree counts by depth: position j is reached when its path got to depth j.
             drafted = p.levels

@@ -157,7 +157,8 @@ def probs_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Ten
     logits = logits.float()
     if params.greedy:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
-    logits = logits / params.temperature
+    if params.temperature != 1.0:
+        logits = logits / params.temperature
     if params.top_k and params.top_k < logits.shape[-1]:
         kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -194,9 +195,13 @@ def sample_from(probs: torch.Tensor, generator: torch.Generator | None = None) -
     (docs/performance.md). Rows that are all point masses (greedy decoding's p, a residual left with
     one token) have a known winner: their argmax, with nothing drawn.
     """
-    if bool(((probs > 0).sum(-1) == 1).all()):
-        return probs.argmax(-1)
-    cdf = probs.double().cumsum(-1)
+    cdf = torch.cumsum(probs, -1, dtype=torch.float64)
+    # A row whose total is its largest weight holds all its mass in one token (exactly so for a point
+    # mass, whose other terms are zeros; else to float64 rounding, as the intervals below are). Two
+    # passes over the vocabulary in all: this runs once a token.
+    top, winner = probs.max(-1)
+    if bool((top.double() == cdf[..., -1]).all()):
+        return winner
     u = torch.rand((*cdf.shape[:-1], 1), dtype=torch.float64, device=cdf.device, generator=generator)
     index = torch.searchsorted(cdf, u * cdf[..., -1:], right=True).squeeze(-1)
     overflow = index >= cdf.shape[-1]

@@ -36,6 +36,8 @@ def rejection_sample(
     device = target_probs.device
     p = target_probs.float()
     draft_tokens = draft_tokens.long()
+    if k == 0:  # plain decoding: one token from p, with no copies of the vocabulary rows
+        return sample_rows(p[:, 0], generator).reshape(B, 1), torch.zeros(B, dtype=torch.long, device=device)
 
     if k > 0:
         p_x = p[:, :k].gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1).double()

@@ -22,6 +22,10 @@ class Runner(Protocol):
     A runner that sets `prefills_in_pass = True` (and not `trees`) takes forward(feeds,
     unscored=...): the first unscored[b] tokens of feeds[b] enter the cache without logits, so that
     a row's prompt and its first drafts go in one pass (logits [len(feeds[b]) - unscored[b], V]).
+
+    A runner that sets `own_threads = True` computes on threads of its own runtime, not torch's. When
+    every runner of an engine does, torch is left only each row's vocabulary-wide sampling math, and
+    the engine runs it on one thread (engine.Engine.step).
     """
 
     vocab_size: int  # width of the logits it returns

@@ -126,6 +126,7 @@ class LlamaCppRunner:
     """
 
     backend = "llamacpp"
+    own_threads = True  # llama.cpp computes on its own threads (base.Runner)
     # A row's prompt may come in the pass that scores its first drafts (forward's `unscored`): one
     # llama_decode instead of a prefill and then a one-token pass (base.Runner).
     prefills_in_pass = True

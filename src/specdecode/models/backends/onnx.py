@@ -131,6 +131,7 @@ class OrtRunner:
     moving the rows after it down."""
 
     backend = "onnxruntime"
+    own_threads = True  # ONNX Runtime computes on its own threads (base.Runner)
     max_rows = None
     initial_capacity = 256
 
