@@ -55,6 +55,8 @@ def test_measure_reads_the_text_and_leaves_the_runners_empty(target_model, tok):
     assert found["drafts"]["twin"]["greedy"] == 1.0 and found["drafts"]["twin"]["sampled"] > 0.999
     assert found["drafts"]["other"]["sampled"] < 0.9  # the control: a different model disagrees
     assert all(found["drafts"][n]["draft_ms"] > 0 for n in drafts)
+    # A token of a prefill costs less than a one-token step (one pass reads the weights for them all).
+    assert all(0 < found["drafts"][n]["prefill_ms_per_token"] < found["drafts"][n]["draft_ms"] for n in drafts)
     assert sorted(map(int, found["verify_ms"])) == list(range(1, draft_choice.K_MAX + 2))
     assert target.rows == 0 and all(d.rows == 0 for d in drafts.values())
 

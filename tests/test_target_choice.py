@@ -90,10 +90,15 @@ def test_the_measured_costs_seed_k_autos_curves():
     costs = PassCosts()
     seed_costs(costs, target, drafts)  # the curve measured beside this very draft wins
     assert costs.verify(2) == pytest.approx(0.030) and costs.draft_step(1) == pytest.approx(0.009)
-    # A catch-up is priced before one is measured: the target's measured prefill time a token times
-    # the draft's cost against a target step (9 / 20 ms here); without a prefill rate it is not.
+    # A catch-up is priced before one is measured: by the draft's own timed prefill where the choice
+    # has it; else the target's measured prefill time a token times the draft's cost against a
+    # target step (9 / 20 ms here); without either it is not.
     prefill = target["table"]["llamacpp"]["prefill_tokens_per_s"]
     assert costs.catch_up_seconds(100) == pytest.approx(100 / prefill * 9 / 20)
+    timed = {**drafts, "table": {"d": {"draft_ms": 9.0, "prefill_ms_per_token": 1.5}}}
+    costs = PassCosts()
+    seed_costs(costs, target, timed)
+    assert costs.catch_up_seconds(100) == pytest.approx(0.150)
     del target["table"]["llamacpp"]["prefill_tokens_per_s"]
     costs = PassCosts()
     seed_costs(costs, target, drafts)

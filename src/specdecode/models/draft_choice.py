@@ -10,7 +10,9 @@ Neither is knowable from the CPU flags, so both are measured:
 
 - **cost**: one-token draft steps after the calibration text, timed in alternating rounds across the
   candidates (a shared machine drifts; alternation puts the drift on all alike), and the target's
-  verify pass at widths 1 .. K_MAX + 1 after the same text;
+  verify pass at widths 1 .. K_MAX + 1 after the same text; each draft's prefill of the text, which
+  prices its catch-up (a prompt it has not read, or tokens it missed while the lookup drafted)
+  before k=auto has timed one;
 - **acceptance**: the target and each draft read the shipped calibration text (data/calibration.txt,
   held out of the shortlist's corpus) in one pass each; greedy, a drafted token is accepted when the
   two argmaxes agree; at T = 1 the chance is sum_x min(p(x), q(x)), the rejection rule's acceptance
@@ -24,6 +26,7 @@ candidate with the highest mean speedup over plain decoding is chosen.
 
 from __future__ import annotations
 
+import time
 from importlib import resources
 from pathlib import Path
 
@@ -38,7 +41,7 @@ ROUNDS = 3
 STEPS = 6  # one-token draft steps per round
 MAX_TOKENS = 384
 SHORTLISTS = (16, 32, 64)  # thousands of tokens, for the llama.cpp Q4_0 draft
-VERSION = 2  # the decision rule: ties to the cheapest draft
+VERSION = 3  # what is measured and the decision rule: each draft's prefill; ties to the cheapest draft
 
 
 def candidates(llamacpp_available: bool) -> list[str]:
@@ -74,6 +77,15 @@ def predicted_speedup(rate: float, draft_s: float, verify: CostCurve) -> tuple[i
     return k, tokens_per_s * verify(1)
 
 
+def prefill_seconds(runner, ids: list[int]) -> float:
+    """A draft row's catch-up on ids[1:] as a generation runs it (last position's logits only). The
+    row holds all of ids before and after; it is read again from its first token."""
+    runner.rollback([runner.length(0) - 1])
+    start = time.perf_counter()
+    runner.forward([ids[1:]], last_only=True)
+    return time.perf_counter() - start
+
+
 @torch.inference_mode()
 def measure(target, drafts: dict, ids: list[int]) -> dict:
     """Per draft runner: draft step seconds and agreement with `target` over `ids`; and the
@@ -89,6 +101,7 @@ def measure(target, drafts: dict, ids: list[int]) -> dict:
         found[name] = agreement(p_logits, runner.forward([ids[1:]])[0])
         runner.forward([ids[:1]], last_only=True)  # warm-up
         runner.rollback([1])
+        found[name]["prefill_ms_per_token"] = round(prefill_seconds(runner, ids) * 1000 / (len(ids) - 1), 4)
 
     def draft_step(runner, i=[0]):
         runner.forward([ids[i[0] % STEPS:i[0] % STEPS + 1]], last_only=True)

@@ -112,11 +112,15 @@ def seed_costs(costs, target_found: dict | None, draft_found: dict | None) -> No
     if draft_row:
         draft_s = draft_row["draft_ms"] / 1000
         costs.draft.observe(1, draft_s)
-        # A draft's catch-up (its prefill of a prompt it has not seen), until one is measured: the
-        # target's measured prefill time a token, scaled by what a draft step costs against a target
-        # step. Unpriced, the first catch-up of a process was taken as free, whatever the prompt.
+        # A draft's catch-up (its prefill of a prompt it has not seen), until one is timed in a
+        # generation: the draft's own prefill of the calibration text, as --draft auto timed it; from
+        # a choice that did not time it, the target's prefill time a token scaled by what a draft
+        # step costs against a target step. Unpriced, the first catch-up of a process was taken as
+        # free, whatever the prompt.
         prefill_rate = chosen(target_found).get("prefill_tokens_per_s")
-        if prefill_rate and costs.verify(1) > 0:
+        if draft_row.get("prefill_ms_per_token"):
+            costs.observe_catch_up(1, draft_row["prefill_ms_per_token"] / 1000)
+        elif prefill_rate and costs.verify(1) > 0:
             costs.observe_catch_up(1, draft_s / costs.verify(1) / prefill_rate)
 
 
