@@ -227,6 +227,26 @@ def test_llamacpp_target_and_draft_batch_like_one_request():
 
 @needs_llamacpp
 @pytest.mark.realmodel
+def test_tree_drafting_over_a_llamacpp_target_emits_its_greedy_tokens():
+    """Trees scored by the llama.cpp target, from the draft model's second choices and the lookup's
+    other matches, every branch kept whatever the costs say: the target's own greedy tokens (short:
+    its batched kernels may round a near-tie otherwise)."""
+    from specdecode.policy.knobs import TreeKnobs
+
+    gen = SpeculativeGenerator.from_pretrained(target="llamacpp:default@q4_0", draft="llamacpp:default@q4_0",
+                                               proposer="hybrid")
+    params = SamplingParams(max_new_tokens=16)
+    plain = gen.generate(PROMPT, params, k=0, proposer="none").token_ids
+    with gen.configured(cost_rule=False, tree=TreeKnobs(branch_above=0.0)):
+        for name in ("draft", "hybrid"):
+            out = gen.generate(PROMPT, params, k=4, proposer=name, tree=8)
+            assert out.token_ids == plain, name
+            assert out.stats["tree"]["passes"] > 0, name
+    assert gen.target.rows == 0 and len(gen.target._spare) == gen.target.tree_seqs
+
+
+@needs_llamacpp
+@pytest.mark.realmodel
 def test_bench_lists_llamacpp_peers_and_backends(monkeypatch, capsys, tmp_path):
     """A 600-token prompt: longer than llama.cpp's batch of 512, where the prompt-lookup peer once
     overflowed its logits array."""
@@ -246,6 +266,79 @@ def test_bench_lists_llamacpp_peers_and_backends(monkeypatch, capsys, tmp_path):
     assert all(r["output_tokens_mean"] > 0 and r["tokens_per_s"] > 0 for r in rows.values())
     assert rows["ngram"]["speedup_vs_llamacpp"] is not None
     assert "hf" not in rows and "transformers" in capsys.readouterr().err  # skipped, with the reason
+
+
+def test_a_tree_row_numbers_its_branches_and_knows_its_paths():
+    tree = llamacpp.TreeRow.of(0, 10, [9, 10, 11, 12, 13], [-1, 0, 0, 2, 2])
+    assert tree.depth == [0, 1, 1, 2, 2] and tree.leaves == [1, 3, 4]
+    # Every branch through a node, one of its own descendants' first: the id it attends with.
+    assert tree.through == [[0, 1, 2], [0], [1, 2], [1], [2]]
+    tree.check_path([0, 2, 4])
+    for bad in ([2, 4], [0, 1, 3], [0, 5]):
+        with pytest.raises(ValueError, match="not a path"):
+            tree.check_path(bad)
+    with pytest.raises(ValueError, match="earlier token or -1"):
+        llamacpp.TreeRow.of(0, 0, [1, 2], [-1, 1])
+
+
+@needs_llamacpp
+@pytest.mark.realmodel
+def test_a_tree_pass_scores_each_path_as_its_own_chain(draft_runner):
+    """A branch per sequence id: each node's logits are its path's fed as a chain (beside a row of
+    another width, after a rollback), and after prune the row goes on from the kept path, with the
+    lent ids back."""
+    r = draft_runner
+    prefix = list(range(4000, 4010))
+    spare = len(r._spare)
+    r.add_rows(prefix, 2)
+    r.forward([[6, 7], [6]])
+    r.rollback([1, 0])
+    out = r.forward([[9, 10, 11, 12, 14], [9, 13]], parents=[[-1, 0, 0, 2, 0], [-1, 0]])
+    assert len(r._spare) == spare - 2  # row 0's tree has three leaves: two ids lent
+    with pytest.raises(RuntimeError, match="prune"):
+        r.forward([[1], [1]])
+    r.prune([[0, 2, 3], [0]])
+    assert [r.length(0), r.length(1)] == [14, 12] and len(r._spare) == spare
+    after = r.forward([[20], [21]])
+    r.remove_rows([0, 1])
+    base = prefix + [6]
+
+    def close(got, want):
+        assert (got - want).abs().max() < 0.5 and torch.equal(got.argmax(-1), want.argmax(-1))
+
+    close(out[0][[0, 2, 3]], logits_of(r, base, [9, 11, 12]))
+    close(out[0][[0, 1]], logits_of(r, base, [9, 10]))
+    close(out[0][[0, 4]], logits_of(r, base, [9, 14]))
+    close(out[1], logits_of(r, base, [9, 13]))
+    close(after[0], logits_of(r, base + [9, 11, 12], [20]))
+    close(after[1], logits_of(r, base + [9], [21]))
+    # Control: a node read as if its sibling came before it (the chain [9, 10, 12]) is far off.
+    assert (out[0][3] - logits_of(r, base, [9, 10, 12])[2]).abs().max() > 1.0
+    assert r.rows == 0
+
+
+@needs_llamacpp
+@pytest.mark.realmodel
+def test_a_tree_wider_than_the_spare_ids_is_refused(draft_runner):
+    r = draft_runner
+    r.add_rows([1, 2, 3])
+    wide = len(r._spare) + 2  # leaves under one root: one on the row's own id, the rest lent
+    with pytest.raises(ValueError, match="fewer branches"):
+        r.forward([[5] * (wide + 1)], parents=[[-1] + [0] * wide])
+    assert r.length(0) == 3
+    r.forward([[5, 6]], parents=[[-1, 0]])  # nothing was left half done
+    r.prune([[0, 1]])
+    assert r.length(0) == 5
+    # A tree pass not pruned rolls back whole (as the cost curves time it), never in part.
+    spare = len(r._spare)
+    r.forward([[7, 8, 9]], parents=[[-1, 0, 0]])
+    with pytest.raises(ValueError, match="prune"):
+        r.rollback([1])
+    r.rollback([4])
+    assert r.length(0) == 4 and len(r._spare) == spare
+    got = r.forward([[6]])[0]
+    r.remove_rows([0])
+    assert (got - logits_of(r, [1, 2, 3, 5], [6])).abs().max() < 0.5
 
 
 @needs_llamacpp

@@ -29,7 +29,7 @@ class Scheduler:
         if req.tree and not getattr(self.target, "trees", False):
             raise InvalidParameter(f"tree drafting needs tree attention in the target, and the "
                                    f"{self.target.backend} target scores chains only: use tree 0, or a transformers "
-                                   f"target (a model directory, not a .gguf file)")
+                                   f"or llama.cpp target")
         req.check(self.target.max_context, self.grammars if req.grammar is not None else None)
 
     def grammars(self) -> GrammarCompiler:
@@ -120,7 +120,7 @@ class Scheduler:
         # first drafts, so every emitted token, the first included, goes through the same rejection step.
         # A request alone in the batch, on a runner that can, is prefilled within that first pass
         # (one pass, not two); a prefill that fails then ends no other request.
-        within_pass = len(group) == 1 and not self.rows and self.target_prefills_in_pass
+        within_pass = len(group) == 1 and not self.rows and not group[0].tree and self.target_prefills_in_pass
         self.target.add_rows([] if within_pass else prompt[:-1], len(group))
         if within_pass:
             rows[0].unfed = list(prompt[:-1])
@@ -143,7 +143,8 @@ class Scheduler:
 
     @property
     def target_prefills_in_pass(self) -> bool:
-        return getattr(self.target, "prefills_in_pass", False) and not getattr(self.target, "trees", False)
+        """A chain's first pass may carry its prompt (a tree pass never does: forward takes one or the other)."""
+        return getattr(self.target, "prefills_in_pass", False)
 
     def _leave(self, rows: list[Row], reason: str | None) -> None:
         """Rows leave the batch: finished by their own stop rule (reason None) or aborted."""

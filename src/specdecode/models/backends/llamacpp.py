@@ -24,6 +24,7 @@ import torch
 from ..registry import ModelError
 from ..spec import QUANTS
 from . import ggml_thread, huge_pages
+from .llamacpp_trees import TreePasses, TreeRow  # noqa: F401 - TreeRow: a tree pass's layout
 from .ggml_thread import system_info  # noqa: F401 - the build's CPU features, read by reports
 
 
@@ -115,7 +116,7 @@ def _close_all() -> None:
         owner.close()
 
 
-class LlamaCppRunner:
+class LlamaCppRunner(TreePasses):
     """Runner over one llama.cpp context holding every row as its own sequence id.
 
     One `llama_batch` carries all rows' tokens of a pass, each token tagged with its row's sequence
@@ -123,6 +124,10 @@ class LlamaCppRunner:
     cells past a row's kept length (`llama_memory_seq_rm`); rows sharing a prompt are prefilled
     once and copied (`llama_memory_seq_cp`). The KV cells are unified: all rows draw from
     `total_ctx` cells (by default 4 x n_ctx), and one row may hold up to `n_ctx` positions.
+
+    A tree pass (forward's `parents`) gives each branch a sequence id, the row's own or one of the
+    `tree_seqs` ids no row holds (llama.cpp's 256 less max_rows), and `prune` keeps the accepted
+    path under the row's id (llamacpp_trees.py).
     """
 
     backend = "llamacpp"
@@ -130,6 +135,7 @@ class LlamaCppRunner:
     # A row's prompt may come in the pass that scores its first drafts (forward's `unscored`): one
     # llama_decode instead of a prefill and then a one-token pass (base.Runner).
     prefills_in_pass = True
+    trees = True  # forward(feeds, parents=...) scores trees, prune(keep) keeps a path (base.Runner)
 
     def __init__(self, llm, gguf: Path | None = None, n_ctx: int = 4096, max_rows: int = 16,
                  total_ctx: int | None = None, embeddings=None):
@@ -143,7 +149,9 @@ class LlamaCppRunner:
         self.max_rows = max_rows
         params = type(llm.context_params).from_buffer_copy(llm.context_params)
         params.n_ctx = total_ctx or n_ctx * min(max_rows, 4)
-        params.n_seq_max = max_rows
+        spare = max(0, int(llama_cpp.llama_max_parallel_sequences()) - max_rows)
+        self.tree_seqs = spare  # sequence ids beyond the rows', lent to the branches of a tree pass
+        params.n_seq_max = max_rows + spare
         params.kv_unified = True
         # Sized for this context, not inherited from the tiny one `llm` was opened with: batches of
         # N_BATCH tokens (prefill at llama.cpp's own chunk size), and logits for every token of a
@@ -158,8 +166,11 @@ class LlamaCppRunner:
         # embeddings (a shortlist.EmbeddingTable): tokens go in as their embedding vectors, looked
         # up in a table other than the model's own (a shortlisted draft's holds only its list).
         self._embeddings = embeddings
-        self._batch = llama_cpp.llama_batch_init(self._n_batch, embeddings.width if embeddings else 0, 1)
+        # Room for a tree node's sequence ids: every branch through it.
+        self._batch = llama_cpp.llama_batch_init(self._n_batch, embeddings.width if embeddings else 0, spare + 1)
         self._free = list(range(max_rows - 1, -1, -1))  # sequence ids not in use
+        self._spare = list(range(max_rows + spare - 1, max_rows - 1, -1))  # ids a tree pass may lend a branch
+        self._tree: list[TreeRow] | None = None  # the tree pass waiting for prune
         _OPEN.add(self)
         self.seq: list[int] = []  # sequence id of each row
         self.lengths: list[int] = []
@@ -224,22 +235,33 @@ class LlamaCppRunner:
             self.lengths.append(len(prefix))
 
     def forward(self, feeds: list[list[int]], last_only: bool = False,
-                unscored: list[int] | None = None) -> list[torch.Tensor]:
+                unscored: list[int] | None = None, parents: list[list[int]] | None = None) -> list[torch.Tensor]:
+        """parents (a tree pass): parents[b][j] is the index in feeds[b] of the token that feed token
+        j follows, -1 for one that follows the row's cache; every position's logits come back, and
+        `prune` then says which fed tokens each row keeps."""
         if len(feeds) != self.rows:
             raise ValueError(f"expected {self.rows} rows, got {len(feeds)}")
+        if self._tree is not None:
+            raise RuntimeError("prune() the last tree pass before the next forward()")
         for b, feed in enumerate(feeds):
             if self.lengths[b] + len(feed) > self.max_context:
                 raise ValueError(f"{self.lengths[b] + len(feed)} tokens do not fit the llama.cpp context of "
                                  f"{self.max_context}: load it with a larger n_ctx")
-        return self._decode([(b, feed) for b, feed in enumerate(feeds)], last_only, unscored)
+        if parents is None:
+            return self._decode([(b, feed) for b, feed in enumerate(feeds)], last_only, unscored)
+        return self._forward_tree(feeds, parents)
 
     def rollback(self, drop: list[int]) -> None:
+        """Forget the last drop[b] tokens of each row. After a tree pass (not pruned) a row's fed
+        tokens count as its last ones, and may only be dropped whole."""
+        drop = self._drop_tree(drop)
         for b, d in enumerate(drop):
             if d:
                 self.lengths[b] -= d
                 self._lib.llama_memory_seq_rm(self._ctx.memory, self.seq[b], self.lengths[b], -1)
 
     def remove_rows(self, rows: list[int]) -> None:
+        self._end_tree()  # a tree pass not pruned (a step that failed) is dropped with its rows
         gone = set(rows)
         for b in sorted(gone):
             self._lib.llama_memory_seq_rm(self._ctx.memory, self.seq[b], -1, -1)
@@ -253,9 +275,11 @@ class LlamaCppRunner:
             self._lib.llama_memory_clear(self._ctx.memory, False)
 
     def _decode(self, feeds: list[tuple[int, list[int]]], last_only: bool,
-                unscored: list[int] | None = None) -> list[torch.Tensor]:
+                unscored: list[int] | None = None, trees: list["TreeRow"] | None = None) -> list[torch.Tensor]:
         """Every (row, tokens) in as few llama_decode calls as n_batch allows; logits where wanted
-        (none for the first unscored[row] tokens of a row)."""
+        (none for the first unscored[row] tokens of a row). With trees, token j of row b goes at
+        the position of its depth with the ids of its branches, a row's tree in one call (branch
+        ids that share tokens must stay level in the cache), and the row's length waits for prune."""
         wanted: list[tuple[int, int]] = []  # (row, index in the llama_batch) of each logit wanted
         out: dict[int, list[torch.Tensor]] = {b: [] for b, _ in feeds}  # per row, its logits per llama_decode
         batch, n = self._batch, 0
@@ -285,6 +309,8 @@ class LlamaCppRunner:
             n = 0
 
         for b, tokens in feeds:
+            if trees is not None and n + len(tokens) > self._n_batch:
+                flush()
             for j, token in enumerate(tokens):
                 if n == self._n_batch:
                     flush()
@@ -293,14 +319,22 @@ class LlamaCppRunner:
                     fed.append(token)
                 else:
                     batch.token[n] = token
-                batch.pos[n] = self.lengths[b] + j
-                batch.n_seq_id[n] = 1
-                batch.seq_id[n][0] = self.seq[b]
+                if trees is None:
+                    batch.pos[n] = self.lengths[b] + j
+                    batch.n_seq_id[n] = 1
+                    batch.seq_id[n][0] = self.seq[b]
+                else:
+                    tree = trees[b]
+                    batch.pos[n] = tree.start + tree.depth[j]
+                    batch.n_seq_id[n] = len(tree.through[j])
+                    for s, leaf in enumerate(tree.through[j]):
+                        batch.seq_id[n][s] = tree.seqs[leaf]
                 batch.logits[n] = keep
                 if keep:
                     wanted.append((b, n))
                 n += 1
-            self.lengths[b] += len(tokens)
+            if trees is None:
+                self.lengths[b] += len(tokens)
         flush()
         return [torch.cat(out[b]) if len(out[b]) > 1 else out[b][0] if out[b] else torch.zeros((0, self.vocab_size))
                 for b, _ in feeds]
