@@ -117,10 +117,9 @@ def seed_costs(costs, target_found: dict | None, draft_found: dict | None) -> No
         # a choice that did not time it, the target's prefill time a token scaled by what a draft
         # step costs against a target step. Unpriced, the first catch-up of a process was taken as
         # free, whatever the prompt.
-        prefill_rate = chosen(target_found).get("prefill_tokens_per_s")
         if draft_row.get("prefill_ms_per_token"):
             costs.observe_catch_up(1, draft_row["prefill_ms_per_token"] / 1000)
-        elif prefill_rate and costs.verify(1) > 0:
+        elif (prefill_rate := chosen(target_found).get("prefill_tokens_per_s")) and costs.verify(1) > 0:
             costs.observe_catch_up(1, draft_s / costs.verify(1) / prefill_rate)
 
 

@@ -39,43 +39,36 @@ def rejection_sample(
     if k == 0:  # plain decoding: one token from p, with no copies of the vocabulary rows
         return sample_rows(p[:, 0], generator).reshape(B, 1), torch.zeros(B, dtype=torch.long, device=device)
 
-    if k > 0:
-        p_x = p[:, :k].gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1).double()
-        if draft_probs is None:
-            q_x = torch.ones_like(p_x)
-        else:
-            q_x = draft_probs.float().gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1).double()
-        u = uniform((B, k), generator, device)
-        # u < p/q written without the division: q(x) = 0 with p(x) > 0 always accepts (ratio +inf),
-        # p(x) = 0 never does.
-        accepted = u * q_x < p_x
-        num_accepted = accepted.long().cumprod(dim=-1).sum(dim=-1)
+    p_x = p[:, :k].gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1).double()
+    if draft_probs is None:
+        q_x = torch.ones_like(p_x)
     else:
-        num_accepted = torch.zeros(B, dtype=torch.long, device=device)
+        q_x = draft_probs.float().gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1).double()
+    u = uniform((B, k), generator, device)
+    # u < p/q written without the division: q(x) = 0 with p(x) > 0 always accepts (ratio +inf),
+    # p(x) = 0 never does.
+    accepted = u * q_x < p_x
+    num_accepted = accepted.long().cumprod(dim=-1).sum(dim=-1)
 
     rows = torch.arange(B, device=device)
     p_next = p[rows, num_accepted]  # [B, V]: p at the first rejection, or p_{k+1} for the bonus
-    if k > 0:
-        rejected = num_accepted < k
-        at = num_accepted.clamp(max=k - 1)
-        if draft_probs is None:
-            q_next = torch.zeros_like(p_next)
-            q_next[rows, draft_tokens[rows, at]] = 1.0
-        else:
-            q_next = draft_probs.float()[rows, at]
-        residual = (p_next - q_next).clamp_(min=0.0)
-        # Rejection implies p(x) < q(x), so p - q has positive mass elsewhere; a residual that is
-        # all zero can only come from rounding, and p itself is then the right fallback.
-        empty = residual.sum(-1) <= 0
-        residual = torch.where(empty.unsqueeze(-1), p_next, residual)
-        weights = torch.where(rejected.unsqueeze(-1), residual, p_next)
+    rejected = num_accepted < k
+    at = num_accepted.clamp(max=k - 1)
+    if draft_probs is None:
+        q_next = torch.zeros_like(p_next)
+        q_next[rows, draft_tokens[rows, at]] = 1.0
     else:
-        weights = p_next
+        q_next = draft_probs.float()[rows, at]
+    residual = (p_next - q_next).clamp_(min=0.0)
+    # Rejection implies p(x) < q(x), so p - q has positive mass elsewhere; a residual that is
+    # all zero can only come from rounding, and p itself is then the right fallback.
+    empty = residual.sum(-1) <= 0
+    residual = torch.where(empty.unsqueeze(-1), p_next, residual)
+    weights = torch.where(rejected.unsqueeze(-1), residual, p_next)
     last = sample_rows(weights, generator)
 
     tokens = torch.full((B, k + 1), -1, dtype=torch.long, device=device)
-    if k > 0:
-        keep = torch.arange(k, device=device).unsqueeze(0) < num_accepted.unsqueeze(1)
-        tokens[:, :k] = torch.where(keep, draft_tokens, tokens[:, :k])
+    keep = torch.arange(k, device=device).unsqueeze(0) < num_accepted.unsqueeze(1)
+    tokens[:, :k] = torch.where(keep, draft_tokens, tokens[:, :k])
     tokens[rows, num_accepted] = last
     return tokens, num_accepted
