@@ -259,6 +259,14 @@ def test_a_row_alone_drafts_after_a_catch_up_only_if_its_remaining_tokens_repay_
     assert not catch_up_pays(costs, row, 4, remaining=5)
     assert catch_up_pays(costs, RowPlan(4, AcceptanceTracker(0.8), True, behind=40), 4, remaining=5)
     assert not catch_up_pays(costs, RowPlan(4, AcceptanceTracker(0.05), True, behind=400), 4, remaining=10_000)
+    # The saving is the best k's up to the one asked: on a steep curve at 76% acceptance four drafts
+    # cost more than they save, one repays the catch-up (the catch-up is paid once, whatever k follows).
+    steep = costs_of(CostCurve({1: 0.043, 2: 0.048, 5: 0.075}), CostCurve({1: 0.016}))
+    steep.observe_catch_up(1, 0.0016)
+    row = RowPlan(4, AcceptanceTracker(0.76), True, behind=60)
+    assert steep.verify(5) + 4 * 0.016 > 0.043 * row.acceptance.expected_tokens(4)  # k = 4 alone loses
+    assert catch_up_pays(steep, row, 4, remaining=64)
+    assert not catch_up_pays(steep, RowPlan(4, AcceptanceTracker(0.3), True, behind=60), 4, remaining=64)
 
 
 def test_a_probe_skips_rows_whose_draft_model_is_far_behind(small_draft_gen, monkeypatch):

@@ -90,6 +90,7 @@ def test_the_measured_costs_seed_k_autos_curves():
     costs = PassCosts()
     seed_costs(costs, target, drafts)  # the curve measured beside this very draft wins
     assert costs.verify(2) == pytest.approx(0.030) and costs.draft_step(1) == pytest.approx(0.009)
+    assert costs.per_draft == {"draft": pytest.approx(0.009)}  # priced as a source from the first pass
     # A catch-up is priced before one is measured: by the draft's own timed prefill where the choice
     # has it; else the target's measured prefill time a token times the draft's cost against a
     # target step (9 / 20 ms here); without either it is not.
@@ -135,3 +136,30 @@ def test_the_chosen_drafts_measured_agreement_is_its_acceptance_before_any_pass(
     assert AdaptiveK().best(0.014, verify, Engine.pooled(unseeded, "draft"))[0] == 0
     seed_draft_prior(unseeded, None)  # a draft named by the user was not measured: the knob's prior
     assert unseeded.source_priors == {}
+
+
+def test_a_fresh_engine_drafts_from_the_measured_draft_on_its_first_request(target_model, tok):
+    """The costs and agreement --draft auto measured price the draft model from the first pass. At
+    77% agreement, a draft token a third of a target pass and this curve, k = 1-2 pays and k = 4
+    (the controller's first allowance) does not: when the draft was unpriced, the catch-up over the
+    prompt was weighed at k = 4, refused, and the draft model never drafted in a new process. The
+    control: a draft measured at twice a target pass is never asked."""
+    from specdecode.models.generator import SpeculativeGenerator, seed_costs, seed_draft_prior
+    from specdecode.sampling.params import SamplingParams
+
+    verify = curve(43.2, 48.4, 53.6, 58.8, 68.6, 77.3, 82.6, 88.5, 114.9)
+
+    def first_sources(draft_ms):
+        choice = {"choice": "d", "verify_ms": verify,
+                  "table": {"d": {"draft_ms": draft_ms, "prefill_ms_per_token": 1.56, "greedy": 0.77,
+                                  "sampled": 0.76}}}
+        gen = SpeculativeGenerator.from_models(target_model, tok, "hybrid", target_model, tok)
+        seed_costs(gen.pass_costs, None, choice)
+        seed_draft_prior(gen, choice)
+        prompt = list(range(5, 15))  # no token twice: the lookup finds nothing to draft at first
+        out = gen.generate(prompt, SamplingParams(temperature=0, max_new_tokens=6, ignore_eos=True), k="auto",
+                           chat=False, proposer="hybrid")
+        return out.stats["by_source"]
+
+    assert first_sources(16.0).get("draft", [0])[0] > 0
+    assert "draft" not in first_sources(90.0)
