@@ -191,3 +191,32 @@ def test_a_step_samples_on_one_torch_thread_only_when_no_torch_model_runs(target
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("own_threads", [True, False])
+def test_a_shortlisted_draft_and_the_measurements_that_price_it_keep_the_engines_thread_rule(
+        target_model, tok, own_threads):
+    """A shortlist wraps a draft runtime: whose threads compute is the runtime's to say. Unsaid, a
+    step over a shortlisted llama.cpp draft kept torch's threads awake beside llama.cpp's. The
+    draft choice times its candidates under the same rule (timing.as_engine_runs)."""
+    import numpy as np
+
+    from specdecode.models.loader import as_runner
+    from specdecode.models.shortlist import Shortlisted
+    from specdecode.models.timing import as_engine_runs
+
+    target = ThreadsSeen(as_runner(target_model), True)
+    inner = ThreadsSeen(as_runner(target_model), own_threads)
+    draft = Shortlisted(inner, np.arange(target.vocab_size), target.vocab_size)
+    gen = SpeculativeGenerator.from_models(target, tok, "draft", draft, tok)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        gen.generate("The quick brown fox", SamplingParams(max_new_tokens=6, temperature=1.0, seed=3), k=2,
+                     chat=False, proposer="draft")
+        assert inner.seen and set(inner.seen) == ({1} if own_threads else {2})
+        seen = []
+        as_engine_runs([target, draft], lambda: seen.append(torch.get_num_threads()))()
+        assert seen == ([1] if own_threads else [2]) and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

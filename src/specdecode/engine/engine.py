@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..models.backends.base import Runner
+from ..models.backends.base import Runner, sampling_threads, torch_threads
 from ..policy.auto_k import AdaptiveK, SourceChoice
 from ..policy.calibration import calibrate
 from ..policy.costs import AcceptanceTracker, PassCosts
@@ -48,20 +48,6 @@ from .textstream import OnToken
 log = logging.getLogger(__name__)
 
 __all__ = ["Engine", "EngineConfig", "GenerationOutput", "QueueFull", "Request", "RequestError", "chat_ids"]
-
-
-@contextlib.contextmanager
-def torch_threads(n: int | None):
-    """Torch's intra-op threads set to n inside the block (None: left as they are)."""
-    if n is None:
-        yield
-        return
-    saved = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(saved)
 
 
 class Engine(Scheduler):
@@ -96,11 +82,9 @@ class Engine(Scheduler):
         self._lock = threading.Lock()
         self._grammars: GrammarCompiler | None = None
         self.counters = {"steps": 0, "speculation_off_steps": 0, "admitted": 0, "finished": 0, "aborted": 0}
-        # With no torch model here, torch does only each row's sampling math over the vocabulary: a
-        # few passes over one row, too short to share out, where every parallel op would first wake
-        # torch's other threads, asleep through the runtime's pass. So a step runs it on one thread.
+        # With no torch model here a step runs torch on one thread (backends.base.sampling_threads).
         runners = [target] + [p.runner for p in self.proposers.values() if isinstance(p, DraftModelProposer)]
-        self.step_threads = 1 if all(getattr(r, "own_threads", False) for r in runners) else None
+        self.step_threads = sampling_threads(runners)
 
     @property
     def proposer(self) -> Proposer:

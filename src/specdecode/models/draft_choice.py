@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from ..policy.costs import CostCurve, best_k_at_rate
-from .timing import alternating_medians, pass_curve
+from .timing import alternating_medians, as_engine_runs, pass_curve
 
 AUTO = "auto"
 K_MAX = 8
@@ -41,7 +41,7 @@ ROUNDS = 3
 STEPS = 6  # one-token draft steps per round
 MAX_TOKENS = 384
 SHORTLISTS = (16, 32, 64)  # thousands of tokens, for the llama.cpp Q4_0 draft
-VERSION = 3  # what is measured and the decision rule: each draft's prefill; ties to the cheapest draft
+VERSION = 4  # what is measured and the decision rule: each draft's step under the engine's torch threads
 
 
 def candidates(llamacpp_available: bool) -> list[str]:
@@ -108,7 +108,8 @@ def measure(target, drafts: dict, ids: list[int]) -> dict:
         runner.rollback([1])
         i[0] += 1
 
-    steps = alternating_medians({n: (lambda r=r: draft_step(r)) for n, r in drafts.items()}, ROUNDS, STEPS)
+    steps = alternating_medians({n: as_engine_runs([target, r], lambda r=r: draft_step(r)) for n, r in drafts.items()},
+                                ROUNDS, STEPS)
     for name, runner in drafts.items():
         runner.remove_rows([0])
         found[name]["draft_ms"] = round(steps[name] * 1000, 3)

@@ -135,6 +135,9 @@ class Shortlisted:
         self.shortlist = len(ids)  # reports name it beside the backend
         self.trees = getattr(runner, "trees", False)
         self.max_rows = getattr(runner, "max_rows", None)
+        # Whose threads compute (base.Runner): the wrapped runtime's. Unsaid, a step over a
+        # shortlisted llama.cpp draft kept torch's threads awake beside llama.cpp's.
+        self.own_threads = getattr(runner, "own_threads", False)
 
     @property
     def rows(self) -> int:

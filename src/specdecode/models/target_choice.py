@@ -29,7 +29,7 @@ import torch
 
 from ..policy.costs import CostCurve, best_k_at_rate
 from . import measured
-from .timing import alternating_medians, pass_curve
+from .timing import alternating_medians, as_engine_runs, pass_curve
 from .draft_choice import AUTO, K_MAX, ROUNDS, STEPS, agreement, calibration_ids
 
 VERSION = 1
@@ -78,7 +78,7 @@ def measure(targets: dict, draft, ids: list[int]) -> dict:
         draft.rollback([1])
         i[0] += 1
 
-    draft_s = alternating_medians({"draft": step}, ROUNDS, STEPS)["draft"]
+    draft_s = alternating_medians({"draft": as_engine_runs([draft], step)}, ROUNDS, STEPS)["draft"]
     draft.remove_rows([0])
     for name in targets:
         found[name].update(agreement(logits[name], q))

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
+
+from .backends.base import sampling_threads, torch_threads
 
 
 def alternating_medians(tasks: dict[Hashable, Callable[[], None]], rounds: int, repeats: int = 1,
@@ -35,6 +37,18 @@ def alternating_medians(tasks: dict[Hashable, Callable[[], None]], rounds: int, 
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def as_engine_runs(runners: Iterable, call: Callable[[], object]) -> Callable[[], None]:
+    """`call` under the torch threads an engine over `runners` would give it (backends.base.
+    sampling_threads): timed otherwise, a runtime's pass would share the cores with torch threads
+    that a generation puts to sleep, or the reverse."""
+    n = sampling_threads(runners)
+
+    def run() -> None:
+        with torch_threads(n):
+            call()
+    return run
+
+
 def branched(width: int) -> list[int]:
     """Parents of a two-branch tree of `width` fed tokens (index 0 the row's last token, -1 its parent):
     a chain that forks at the middle node, so a runner must use its tree mask to score it."""
@@ -48,8 +62,9 @@ def pass_curve(runners: dict, ids: list[int], widths, rounds: int, trees: bool =
     tasks = {}
     for name, runner in runners.items():
         for w in widths:
-            tasks[(name, w)] = lambda r=runner, w=w: r.forward([ids[:w]])
+            tasks[(name, w)] = as_engine_runs([runner], lambda r=runner, w=w: r.forward([ids[:w]]))
             if trees and w >= 3 and getattr(runner, "trees", False):
-                tasks[(name, "tree", w)] = lambda r=runner, w=w: r.forward([ids[:w]], parents=[branched(w)])
+                tasks[(name, "tree", w)] = as_engine_runs(
+                    [runner], lambda r=runner, w=w: r.forward([ids[:w]], parents=[branched(w)]))
     # A key's last element is its width: what the pass added, and the rollback removes.
     return alternating_medians(tasks, rounds, after=lambda key: runners[key[0]].rollback([key[-1]]))

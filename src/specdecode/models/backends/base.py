@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable
 from typing import Protocol
 
 import torch
@@ -80,3 +82,27 @@ class SequenceRunner(Protocol):
 
     def spawn(self) -> "SequenceRunner":
         """Another empty runner over the same weights (a new row)."""
+
+
+def sampling_threads(runners: Iterable) -> int | None:
+    """Torch's threads for the work around these runners' passes: 1 where every runner computes on
+    its own runtime's threads (`own_threads`), so that torch does only vocabulary-wide sampling
+    math, a few passes over a row, where every parallel op would first wake torch's other threads,
+    asleep through the runtime's pass, and they would then spin beside it; None (as they are) where
+    a torch model runs. The engine's steps and the measurements that price them (draft and target
+    choice) run under the same rule, so that what is measured is what a generation pays."""
+    return 1 if all(getattr(r, "own_threads", False) for r in runners) else None
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None):
+    """Torch's intra-op threads set to n inside the block (None: left as they are)."""
+    if n is None:
+        yield
+        return
+    saved = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
