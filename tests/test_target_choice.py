@@ -1,5 +1,7 @@
 """--target auto: the default target on the runtime measured fastest for speculative decoding here."""
 
+import dataclasses
+
 import pytest
 
 import tiny
@@ -136,6 +138,34 @@ def test_the_chosen_drafts_measured_agreement_is_its_acceptance_before_any_pass(
     assert AdaptiveK().best(0.014, verify, Engine.pooled(unseeded, "draft"))[0] == 0
     seed_draft_prior(unseeded, None)  # a draft named by the user was not measured: the knob's prior
     assert unseeded.source_priors == {}
+
+
+def test_a_measured_prior_outweighs_a_few_early_rejections():
+    """A chat answer's first tokens are where a small draft agrees least. The measured agreement
+    counts as many judged drafts in a source's pooled acceptance, so three rejections at the start of
+    one request leave the draft model paying for the next; counted as four judged drafts (the
+    control), they turn it off for every request after."""
+    from types import SimpleNamespace
+
+    from specdecode.engine.config import EngineConfig
+    from specdecode.engine.engine import Engine
+    from specdecode.policy.auto_k import AdaptiveK
+    from specdecode.policy.costs import CostCurve
+
+    verify = CostCurve({1: 0.0455, 2: 0.0522, 3: 0.0569})
+    config = EngineConfig()
+
+    def after_three_rejections(weight):
+        gen = SimpleNamespace(source_priors={"draft": 0.74}, pooled_acceptance={},
+                              config=dataclasses.replace(config, acceptance=dataclasses.replace(
+                                  config.acceptance, measured_prior_weight=weight)))
+        pooled = Engine.pooled(gen, "draft")
+        for _ in range(3):
+            pooled.update(1, 0)
+        return AdaptiveK().best(0.0133, verify, pooled)[0]
+
+    assert after_three_rejections(config.acceptance.measured_prior_weight) > 0
+    assert after_three_rejections(4.0) == 0
 
 
 def test_a_fresh_engine_drafts_from_the_measured_draft_on_its_first_request(target_model, tok):

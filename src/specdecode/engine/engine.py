@@ -284,8 +284,10 @@ class Engine(Scheduler):
         tracker = self.pooled_acceptance.get(source)
         if tracker is None:  # built only when missing: this runs every step
             a = self.config.acceptance
-            prior = self.source_priors.get(source, a.prior)
-            tracker = self.pooled_acceptance[source] = AcceptanceTracker(prior, a.prior_weight, a.pooled_decay)
+            measured = source in self.source_priors
+            tracker = self.pooled_acceptance[source] = AcceptanceTracker(
+                self.source_priors[source] if measured else a.prior,
+                a.measured_prior_weight if measured else a.prior_weight, a.pooled_decay)
         return tracker
 
     def row_acceptance(self, source: str) -> AcceptanceTracker:

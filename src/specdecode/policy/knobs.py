@@ -47,7 +47,11 @@ class AcceptanceKnobs:
     """Acceptance by position (policy/costs.AcceptanceTracker)."""
 
     prior: float = 0.5  # a row's acceptance before anything is known (a source's pooled one replaces it)
-    prior_weight: float = 4.0  # the prior counts as this many judged drafts
+    prior_weight: float = 8.0  # the prior counts as this many judged drafts
+    # A source's pooled acceptance, where its prior was measured here (--draft auto's agreement over
+    # the calibration text), starts from it counted as this many judged drafts: a few early
+    # rejections then move it, not turn the source off for every request after.
+    measured_prior_weight: float = 16.0
     row_decay: float = 0.9  # a row's counts fade by this per judged draft: they follow the text
     pooled_decay: float = 0.98  # a source's counts over all requests fade more slowly
 
