@@ -133,6 +133,8 @@ def test_the_shortlisted_gguf_scores_the_list_as_the_full_draft_does():
                                         max_rows=2)
     short, _ = load_draft("llamacpp:default@q4_0+v32k", "auto", full, tokenizer)
     assert isinstance(short, shortlist.Shortlisted) and short.vocab_size == full.vocab_size == 151936
+    # A peer that loads files (llama-server's draft) runs the full-vocabulary source it was cut from.
+    assert short.source_gguf == full.gguf and short.inner.gguf != full.gguf
     ids = tokenizer("def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1)")["input_ids"]
     rare = [i for i in range(151000, 151600) if i not in set(short.ids.tolist())][:3]  # outside the list
     feed = ids + rare + ids[:4]

@@ -223,8 +223,9 @@ def make_method(name: str, gen: Engine, target_spec: str, target_model, tokenize
     if name in LLAMA_SERVER_METHODS:
         from .llama_server import LlamaServerMethod
 
-        # Its draft: the GGUF our draft runs where it is a llama.cpp one, else the default draft's.
-        draft_gguf = getattr(draft_model, "gguf", None) if draft_model is not None else None
+        # Its draft: the GGUF our draft runs where it is a llama.cpp one (a shortlisted draft's
+        # full-vocabulary source), else the default draft's.
+        draft_gguf = getattr(draft_model, "gguf", None) or getattr(draft_model, "source_gguf", None)
         return LlamaServerMethod(name, gguf, draft_gguf or resolve("default", "draft").gguf)
     return LlamaCppMethod(name, gguf, eos_ids(target_model, tokenizer))
 

@@ -85,7 +85,7 @@ def _load_llamacpp(spec: ModelSpec, role: str, max_rows: int, device: str = "cpu
     ids = shortlist.shortlist_for(tokenizer, full, vocab, byte_tokens=True)
     runner = LlamaCppRunner.load(shortlist.shortlisted_gguf(gguf, ids), max_rows=rows,
                                  embeddings=shortlist.EmbeddingTable(gguf), gpu=on_gpu(device))
-    return shortlist.Shortlisted(runner, ids, full), tokenizer
+    return shortlist.Shortlisted(runner, ids, full, source_gguf=gguf), tokenizer
 
 
 def sequence_slots(max_rows: int) -> int:

@@ -126,8 +126,11 @@ class Shortlisted:
     """A runner whose model scores only the shortlist (a sliced LM head, or a shortlisted GGUF),
     seen by everything above it as a runner over the full vocabulary."""
 
-    def __init__(self, runner, ids: np.ndarray, vocab_size: int):
+    def __init__(self, runner, ids: np.ndarray, vocab_size: int, source_gguf: Path | None = None):
         self.inner = runner
+        # The full-vocabulary GGUF a llama.cpp draft was cut from: what a peer that loads model
+        # files (llama-server's draft model) runs in its place, its own table being the whole one.
+        self.source_gguf = source_gguf
         self.ids = torch.as_tensor(ids, dtype=torch.long)
         self.vocab_size = vocab_size
         self.max_context = runner.max_context
