@@ -7,7 +7,7 @@ every row's k by what pays for the whole batch, the identity at one row.
 
 from __future__ import annotations
 
-from ..policy.costs import pass_seconds
+from ..policy.costs import best_k, pass_seconds
 from ..policy.knobs import LoadCapKnobs
 from ..policy.load_cap import LoadPolicy, RowPlan
 from ..proposers.base import Plan
@@ -73,9 +73,8 @@ def catch_up_pays(costs, want: RowPlan, k: int, remaining: int,
         return True
     # Per token, at the costs k="auto"'s own rule uses: a probe (k = 1 where no k pays) saves nothing,
     # so a draft far behind is not caught up just to be probed.
-    # The saving is the best of k' = 1..k: the catch-up is paid once, whichever k then drafts.
+    # The saving is the best k' <= k's: the catch-up is paid once, whichever k then drafts.
     draft_token_s = costs.per_draft.get("draft", costs.draft_step(1))
     plain = pass_seconds(costs.verify, draft_token_s, 0)
-    spec = min(pass_seconds(costs.verify, draft_token_s, n) / want.acceptance.expected_tokens(n)
-               for n in range(1, max(k, 1) + 1))
-    return (plain - spec) * min(remaining, horizon) > costs.catch_up_seconds(want.behind)
+    _, rate = best_k(want.acceptance.expected_tokens, lambda n: pass_seconds(costs.verify, draft_token_s, n), k)
+    return (plain - 1 / rate) * min(remaining, horizon) > costs.catch_up_seconds(want.behind)

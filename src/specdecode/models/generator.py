@@ -113,9 +113,8 @@ def seed_costs(costs, target_found: dict | None, draft_found: dict | None) -> No
         draft_s = draft_row["draft_ms"] / 1000
         costs.draft.observe(1, draft_s)
         # Its price per drafted token at one row, so that k=auto prices the draft model from the
-        # first pass. Unpriced, a source drafts at the controller's k to be measured; a draft model
-        # behind on the prompt was then refused for a catch-up that k did not repay, and so was never
-        # measured, and never drafted.
+        # first pass. Unpriced, a source drafts at the controller's k to be measured, and a draft
+        # model behind on the prompt whose catch-up that k does not repay would never be measured.
         costs.per_draft.setdefault("draft", draft_s)
         # A draft's catch-up (its prefill of a prompt it has not seen), until one is timed in a
         # generation: the draft's own prefill of the calibration text, as --draft auto timed it; from

@@ -138,8 +138,8 @@ class Shortlisted:
         self.shortlist = len(ids)  # reports name it beside the backend
         self.trees = getattr(runner, "trees", False)
         self.max_rows = getattr(runner, "max_rows", None)
-        # Whose threads compute (base.Runner): the wrapped runtime's. Unsaid, a step over a
-        # shortlisted llama.cpp draft kept torch's threads awake beside llama.cpp's.
+        # Whose threads compute (base.Runner): the wrapped runtime's, so that a step over a
+        # shortlisted llama.cpp draft runs torch on one thread as over the draft itself.
         self.own_threads = getattr(runner, "own_threads", False)
 
     @property
