@@ -269,6 +269,33 @@ def test_a_row_alone_drafts_after_a_catch_up_only_if_its_remaining_tokens_repay_
     assert not catch_up_pays(steep, RowPlan(4, AcceptanceTracker(0.3), True, behind=60), 4, remaining=64)
 
 
+def test_a_long_catch_up_is_priced_at_what_long_ones_cost_not_at_short_ones_rate():
+    """A few tokens caught up ride on a drafting step almost free; a prompt costs the draft's prefill
+    rate. Priced at one moving average of both, a long prompt looked cheap and a draft was caught up
+    on it that 64 tokens could not repay (the control: the old single rate says it pays)."""
+    from specdecode.engine.step_plan import catch_up_pays
+    from specdecode.policy.costs import ema
+
+    costs = costs_of(CostCurve({1: 0.045, 2: 0.050, 3: 0.055}), CostCurve({1: 0.013}))
+    costs.observe_catch_up(256, 0.512)  # the draft's timed prefill: 2 ms a token
+    single = None
+    for tokens, seconds in [(256, 0.512)] + [(4, 0.001)] * 12 + [(60, 0.12)]:
+        if tokens != 256:
+            costs.observe_catch_up(tokens, seconds)
+        single = ema(single, seconds / tokens, 0.2)
+    assert costs.catch_up_seconds(4) == pytest.approx(0.001)  # its own class
+    assert costs.catch_up_seconds(740) == pytest.approx(740 * 0.002)  # nearest measured class: 256
+    assert costs.catch_up_seconds(60) == pytest.approx(0.12)
+    row = RowPlan(2, AcceptanceTracker(0.75), True, behind=740)
+    assert not catch_up_pays(costs, row, 2, remaining=64)
+    assert catch_up_pays(costs, RowPlan(2, AcceptanceTracker(0.75), True, behind=60), 2, remaining=64)
+    # Control: one rate for every size prices the 740 tokens at under half of what they cost.
+    assert 740 * single < 0.5 * costs.catch_up_seconds(740)
+    flat = costs_of(CostCurve({1: 0.045, 2: 0.050, 3: 0.055}), CostCurve({1: 0.013}))
+    flat.observe_catch_up(1, single)
+    assert catch_up_pays(flat, row, 2, remaining=64)
+
+
 def test_a_probe_skips_rows_whose_draft_model_is_far_behind(small_draft_gen, monkeypatch):
     with engine_with(small_draft_gen, max_batch=4) as engine:
         real = engine.policy.cap

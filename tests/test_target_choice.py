@@ -105,10 +105,10 @@ def test_the_measured_costs_seed_k_autos_curves():
     del target["table"]["llamacpp"]["prefill_tokens_per_s"]
     costs = PassCosts()
     seed_costs(costs, target, drafts)
-    assert costs.catch_up is None
+    assert not costs.catch_up
     empty = PassCosts()
     seed_costs(empty, None, None)
-    assert not empty.verify.points and empty.catch_up is None
+    assert not empty.verify.points and not empty.catch_up
 
 
 def test_the_chosen_drafts_measured_agreement_is_its_acceptance_before_any_pass():

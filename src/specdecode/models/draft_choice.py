@@ -102,6 +102,7 @@ def measure(target, drafts: dict, ids: list[int]) -> dict:
         runner.forward([ids[:1]], last_only=True)  # warm-up
         runner.rollback([1])
         found[name]["prefill_ms_per_token"] = round(prefill_seconds(runner, ids) * 1000 / (len(ids) - 1), 4)
+        found[name]["prefill_tokens"] = len(ids) - 1
 
     def draft_step(runner, i=[0]):
         runner.forward([ids[i[0] % STEPS:i[0] % STEPS + 1]], last_only=True)

@@ -119,12 +119,14 @@ def seed_costs(costs, target_found: dict | None, draft_found: dict | None) -> No
         # A draft's catch-up (its prefill of a prompt it has not seen), until one is timed in a
         # generation: the draft's own prefill of the calibration text, as --draft auto timed it; from
         # a choice that did not time it, the target's prefill time a token scaled by what a draft
-        # step costs against a target step. Unpriced, the first catch-up of a process was taken as
-        # free, whatever the prompt.
+        # step costs against a target step. Either is booked at the length it was timed over, since
+        # the price a token depends on how many are caught up. Unpriced, the first catch-up of a
+        # process was taken as free, whatever the prompt.
+        tokens = draft_row.get("prefill_tokens", target_choice.PREFILL_TOKENS)
         if draft_row.get("prefill_ms_per_token"):
-            costs.observe_catch_up(1, draft_row["prefill_ms_per_token"] / 1000)
+            costs.observe_catch_up(tokens, tokens * draft_row["prefill_ms_per_token"] / 1000)
         elif (prefill_rate := chosen(target_found).get("prefill_tokens_per_s")) and costs.verify(1) > 0:
-            costs.observe_catch_up(1, draft_s / costs.verify(1) / prefill_rate)
+            costs.observe_catch_up(tokens, tokens * draft_s / costs.verify(1) / prefill_rate)
 
 
 def seed_draft_prior(gen, draft_found: dict | None) -> None:

@@ -95,13 +95,46 @@ class CostCurve:
         return float(np.interp(tokens, xs, ys))
 
 
+class CatchUpPrice:
+    """Seconds a draft model takes to process n context tokens it has not seen before it can draft,
+    learnt per size class (n rounded to a power of two). The price a token is not one number: a few
+    tokens ride on a drafting step almost free, while a prompt costs the draft's prefill rate, which
+    grows with the context. A size not yet measured is priced at the rate of the nearest measured
+    class (the larger on a tie, the dearer as a rule), so a long prompt is not priced at what short
+    catch-ups cost."""
+
+    def __init__(self, smoothing: float = 0.2):
+        self.rates: dict[int, float] = {}  # size class -> seconds a token
+        self.smoothing = smoothing
+
+    @staticmethod
+    def size_class(tokens: int) -> int:
+        return round(float(np.log2(max(tokens, 1))))
+
+    def observe(self, tokens: int, seconds: float) -> None:
+        if tokens > 0 and seconds > 0:
+            c = self.size_class(tokens)
+            self.rates[c] = ema(self.rates.get(c), seconds / tokens, self.smoothing)
+
+    def __call__(self, tokens: int) -> float:
+        if not self.rates or tokens <= 0:
+            return 0.0
+        c = self.size_class(tokens)
+        nearest = min(self.rates, key=lambda m: (abs(m - c), -m))
+        return tokens * self.rates[nearest]
+
+    def __bool__(self) -> bool:
+        return bool(self.rates)
+
+
 class PassCosts:
     """Seconds per pass as this machine really runs them.
 
     verify: the one-row target pass by width; observed / correction: passes over several rows;
     per_draft: each source's cost per drafted token at one row; draft: one batched draft step by the
-    number of rows drafting; catch_up: seconds per context token a draft model processes before it
-    can draft for a row (its prefill of a row it has not seen, or what it missed while not drafting)."""
+    number of rows drafting; catch_up: what a draft model pays to process the context tokens it has
+    not seen before it can draft for a row (its prefill of a new row, or what it missed while not
+    drafting), by how many they are."""
 
     def __init__(self, smoothing: float = 0.2):
         self.verify = CostCurve(smoothing=smoothing)
@@ -109,7 +142,7 @@ class PassCosts:
         self.per_draft: dict[str, float] = {}
         self.observed: dict[tuple[int, int], float] = {}
         self.correction: dict[int, float] = {}
-        self.catch_up: float | None = None
+        self.catch_up = CatchUpPrice(smoothing)
         self.smoothing = smoothing
 
     def observe(self, proposer: str, drafted: int, draft_s: float, width: int, verify_s: float) -> None:
@@ -130,12 +163,11 @@ class PassCosts:
             self.correction[rows] = ema(self.correction.get(rows), seconds / predicted, self.smoothing)
 
     def observe_catch_up(self, tokens: int, seconds: float) -> None:
-        if tokens > 0 and seconds > 0:
-            self.catch_up = ema(self.catch_up, seconds / tokens, self.smoothing)
+        self.catch_up.observe(tokens, seconds)
 
     def catch_up_seconds(self, tokens: int) -> float:
         """What a draft model pays to process `tokens` context tokens first (0 until measured)."""
-        return tokens * (self.catch_up or 0.0)
+        return self.catch_up(tokens)
 
     def known(self, proposer: str) -> bool:
         return bool(self.verify.points) and proposer in self.per_draft
