@@ -258,7 +258,7 @@ class Engine(Scheduler):
                 stages: dict[str, float], prefilled: bool = False) -> bool:
         """Book one verified pass for a row and emit its tokens; True when the request is finished.
         A pass that also prefilled the row's prompt is booked as prefill."""
-        stats = r.request.stats
+        stats = r.request.output.stats
         if prefilled:
             stats.prefill_s, verify_s = stats.prefill_s + verify_s, 0.0
         stats.record_pass(len(proposal.tokens), verdict.accepted, draft_s, verify_s, verdict.chances,

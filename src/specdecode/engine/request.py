@@ -1,4 +1,4 @@
-"""One request to the engine: what was asked (checked before it queues) and what came out."""
+"""One request to the engine: what was asked (checked before it queues) and, apart, what came out."""
 
 from __future__ import annotations
 
@@ -29,7 +29,34 @@ class QueueFull(RuntimeError):
 
 
 @dataclass(eq=False)
+class RequestOutput:
+    """What a request produced, filled in by the engine as it runs; final once finish_reason is set.
+    (The request's working state while it runs is its Row, engine/row.py.)"""
+
+    generated: list[int] = field(default_factory=list)
+    text: str = ""
+    finish_reason: str | None = None  # stop | length | abort | error
+    error: str | None = None
+    exception: BaseException | None = None
+    stats: GenerationStats = field(default_factory=GenerationStats)
+    token_logprobs: list = field(default_factory=list)  # logprobs.TokenLogprob per emitted token
+
+    def fail(self, exc: BaseException) -> None:
+        self.error, self.exception = f"{type(exc).__name__}: {exc}", exc
+
+    def close(self, reason: str, text: str, submitted_at: float) -> None:
+        """The outcome: the final text and why it ended."""
+        self.text = text
+        self.stats.total_s = time.perf_counter() - submitted_at
+        self.stats.new_tokens = len(self.generated)
+        self.finish_reason = reason
+
+
+@dataclass(eq=False)
 class Request:
+    """What was asked (immutable once submitted), the two signals the engine and a client share
+    (submitted_at, cancelled), and the output the engine fills in."""
+
     prompt_ids: list[int]
     params: SamplingParams = field(default_factory=SamplingParams)
     k: int | str = "auto"  # tokens drafted per pass, or "auto" (chosen per pass: policy/auto_k.py)
@@ -46,18 +73,9 @@ class Request:
     logprobs: int | None = None
     logprobs_mode: str = "raw"
     id: int = field(default_factory=lambda: next(_ids))
-
-    # The output, filled in by the engine (its working state while the request runs is a Row,
-    # engine/row.py).
-    generated: list[int] = field(default_factory=list)
-    text: str = ""
-    finish_reason: str | None = None  # stop | length | abort | error
-    error: str | None = None
-    exception: BaseException | None = None
-    stats: GenerationStats = field(default_factory=GenerationStats)
-    token_logprobs: list = field(default_factory=list)  # logprobs.TokenLogprob per emitted token
     submitted_at: float = field(default_factory=time.perf_counter)
     cancelled: bool = False
+    output: RequestOutput = field(default_factory=RequestOutput)
 
     def check(self, max_context: int, grammars: Callable | None = None) -> None:
         """Raise RequestError/InvalidParameter if this request can never run (grammars(): the
@@ -73,16 +91,23 @@ class Request:
             raise RequestError(f"the prompt has {len(self.prompt_ids)} tokens but the target's context is "
                                f"{max_context}: shorten the prompt")
 
+    # The output's fields, read through the request (what on_step consumers and callers of submit()
+    # hold); only the engine writes them, through `output`.
+    generated = property(lambda self: self.output.generated)
+    text = property(lambda self: self.output.text)
+    finish_reason = property(lambda self: self.output.finish_reason)
+    error = property(lambda self: self.output.error)
+    exception = property(lambda self: self.output.exception)
+    stats = property(lambda self: self.output.stats)
+    token_logprobs = property(lambda self: self.output.token_logprobs)
+
     @property
     def done(self) -> bool:
-        return self.finish_reason is not None
+        return self.output.finish_reason is not None
 
     def close(self, reason: str, text: str) -> None:
         """The request's outcome: its final text and why it ended (stop | length | abort | error)."""
-        self.text = text
-        self.stats.total_s = time.perf_counter() - self.submitted_at
-        self.stats.new_tokens = len(self.generated)
-        self.finish_reason = reason
+        self.output.close(reason, text, self.submitted_at)
 
     def notify(self, tokens: list[int], delta: str) -> None:
         """Hand a step's tokens and the text that became final with them to on_step."""

@@ -43,7 +43,7 @@ class Row:
         self.acceptance = acceptance  # recent acceptance, for the load policy
         self.auto = None  # policy/auto_k.SourceChoice under k="auto"
         self.pending: list[str] = []  # text deltas of this step
-        request.stats.prompt_tokens = len(request.prompt_ids)
+        request.output.stats.prompt_tokens = len(request.prompt_ids)
 
         def on_token(token, delta):
             self.pending.append(delta)
@@ -97,7 +97,7 @@ class Row:
             del self._noise[position]  # positions now emitted are never drawn again
         for n, token in enumerate(tokens, 1):
             if logprobs:
-                self.request.token_logprobs.append(logprobs[n - 1])
+                self.request.output.token_logprobs.append(logprobs[n - 1])
             reason = self.emit(token, max_context)
             if reason is not None:
                 return tokens[:n], reason
@@ -106,7 +106,7 @@ class Row:
     def emit(self, token: int, max_context: int) -> str | None:
         """Append one token and apply the stop rules: "stop" or "length" when one ends the request."""
         self.context.append(token)
-        generated = self.request.generated
+        generated = self.request.output.generated
         generated.append(token)
         if self.penalties is not None:
             self.penalties.push(token)

@@ -100,7 +100,7 @@ class Scheduler:
             except Exception as exc:  # one bad request must not take the batch down
                 log.warning("request %s failed at admission: %s: %s", group[0].id, type(exc).__name__, exc)
                 for req in group:
-                    req.error, req.exception = f"{type(exc).__name__}: {exc}", exc
+                    req.output.fail(exc)
                     self._finish_unstarted(req, "error")
 
     def _join(self, group: list[Request]) -> None:
@@ -138,7 +138,7 @@ class Scheduler:
             raise
         self.rows.extend(rows)
         for req in group:
-            req.stats.prefill_s = time.perf_counter() - start
+            req.output.stats.prefill_s = time.perf_counter() - start
         self.counters["admitted"] += len(group)
 
     @property
@@ -171,7 +171,6 @@ class Scheduler:
         """A batched pass failed (a bug or out of memory): end the requests in it with an error and
         start from empty caches, so that the server and the queued requests carry on."""
         rows, self.rows = self.rows, []
-        error = f"{type(exc).__name__}: {exc}"
         try:
             self.target.remove_rows(list(range(self.target.rows)))
         except Exception:
@@ -179,7 +178,7 @@ class Scheduler:
         for proposer in self.proposers.values():
             proposer.clear()
         for r in rows:
-            r.request.error, r.request.exception = error, exc
+            r.request.output.fail(exc)
             r.finish("error")
             self.counters["finished"] += 1
             r.notify([])
