@@ -81,7 +81,7 @@ install: $(STAMP)
 llama-server: $(LLAMA_SERVER)
 
 $(LLAMA_SERVER): | $(STAMP)
-	@test -x $(LLAMA_SERVER_CACHE) || echo "building llama.cpp's llama-server for this CPU: about 7 minutes on 2 cores, once (cached in $(LLAMA_WHEELS))"
+	@test -x $(LLAMA_SERVER_CACHE) || echo "building llama.cpp's llama-server for this CPU: about 7 minutes on 2 cores, once (cached in $(dir $(LLAMA_SERVER_CACHE)))"
 	test -x $(LLAMA_SERVER_CACHE) || { tmp=$$(mktemp -d) && \
 		$(PY) -m pip download -q --no-deps --no-binary :all: -d $$tmp llama-cpp-python==$(LLAMA_VERSION) $(QUIET) && \
 		tar -xzf $$tmp/llama_cpp_python-$(LLAMA_VERSION).tar.gz -C $$tmp && \
@@ -90,7 +90,7 @@ $(LLAMA_SERVER): | $(STAMP)
 			-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON && \
 		cmake --build $$tmp/build --target llama-server -j $$(nproc); } >$$tmp/build.log 2>&1 || \
 			{ tail -40 $$tmp/build.log; false; } && \
-		mkdir -p $(LLAMA_WHEELS) && cp $$tmp/build/bin/llama-server $(LLAMA_SERVER_CACHE).tmp && \
+		mkdir -p $(dir $(LLAMA_SERVER_CACHE)) && cp $$tmp/build/bin/llama-server $(LLAMA_SERVER_CACHE).tmp && \
 		mv $(LLAMA_SERVER_CACHE).tmp $(LLAMA_SERVER_CACHE); status=$$?; rm -rf $$tmp; exit $$status; }
 	cp $(LLAMA_SERVER_CACHE) $(LLAMA_SERVER)
 
@@ -98,7 +98,7 @@ demo: install
 	$(VENV)/bin/specdecode demo
 
 test: install llama-server
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -q -ra --durations=15
 
 clean:
 	rm -rf $(VENV)
