@@ -64,3 +64,29 @@ def test_bench_method_streams_token_ids(gguf):
         ngram.close()
     assert len(a.token_ids) == 12 and a.token_ids == b.token_ids  # greedy: speculation changes nothing
     assert b.drafted is not None and b.drafted > 0 and sum(n for _, n in a.steps) == 12
+
+
+def test_bench_draft_method_drafts_at_most_k_a_pass(gguf):
+    """llama-server bounds a draft by its own --spec-draft-n-max, not by a request's
+    speculative.n_max: the draft method runs one server per k. Drafting from the model itself (every
+    draft accepted), a run at k = 1 drafts one token a pass, at k = 3 three: fewer drafts over 12
+    tokens at k = 1. Through one server at 16 for every k (the control) the two runs draft alike."""
+    from specdecode.models.registry import resolve
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(resolve("default", "draft").path))
+    ids = tok(PROMPT)["input_ids"]
+    params = SamplingParams(max_new_tokens=12, ignore_eos=True)
+    draft = llama_server.LlamaServerMethod("llama-server-draft", gguf, draft_gguf=gguf)
+    started = []
+    try:
+        one, three = draft.run(ids, params, 1), draft.run(ids, params, 3)
+        assert one.token_ids == three.token_ids
+        assert 0 < one.drafted < three.drafted, (one.drafted, three.drafted)
+        started = list(draft.servers.values())
+        draft.servers[3] = draft.servers[1] = draft.server_for(16)  # the control: one server for every k
+        assert draft.run(ids, params, 1).drafted == draft.run(ids, params, 3).drafted
+    finally:
+        draft.close()
+        for server in started:
+            server.close()

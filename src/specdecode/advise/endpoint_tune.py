@@ -172,7 +172,10 @@ def flag(engine: str | None, version: str | None, k: int) -> str:
         return f"--speculative-num-steps {k} --speculative-num-draft-tokens {k + 1}"
     if engine == "llamacpp":
         # llama-server renamed it; a build whose --help lists neither predates speculation in the server.
-        return f"--spec-draft-n-max {k} (builds before the rename: --draft-max {k})"
+        # It bounds a draft model's drafts; the n-gram cache's bound is fixed in llama.cpp's source
+        # (8 in the build `make llama-server` makes), so no flag sets k for it.
+        return (f"--spec-draft-n-max {k} (builds before the rename: --draft-max {k}; with --spec-type ngram-cache "
+                f"no option sets it)")
     if engine == "specdecode":
         return f"specdecode serve --k {k} (or per request: \"speculative\": {{\"k\": {k}}})"
     return f"k = {k} (unknown engine: set its number of speculative tokens)"

@@ -2,9 +2,12 @@
 loopback port, driven through its native `/completion` API one request at a time.
 
 Three bench methods: `llama-server` decodes plainly; `llama-server-ngram` runs llama.cpp's own
-n-gram cache speculation (`--spec-type ngram-cache`) and `llama-server-draft` its draft-model
-speculation (`--spec-type draft-simple` with the default draft's GGUF), each with k drafts a pass
-(`speculative.n_max` per request). Requests send the prompt as token ids (no second tokenizer),
+n-gram cache speculation (`--spec-type ngram-cache`), which drafts up to 8 tokens a pass whatever it
+is asked (the bound is fixed in llama.cpp's source: no flag or request field sets it, so the method
+takes no k); `llama-server-draft` its draft-model speculation (`--spec-type draft-simple` with the
+default draft's GGUF) with k drafts a pass, one server per k (`--spec-draft-n-max k`: the server
+bounds a draft by its own setting, not by a request's `speculative.n_max`). Requests send the
+prompt as token ids (no second tokenizer),
 `cache_prompt: false` (every run prefills, as ours do), llama.cpp's sampler set to ours (greedy at
 T = 0; else temperature, top-k, top-p and min-p, no penalties), and stream the tokens back with
 their ids.
@@ -131,30 +134,36 @@ class LlamaServerMethod:
     def __init__(self, name: str, gguf: str | Path, draft_gguf: str | Path | None = None):
         spec = SPEC_TYPES[name]
         self.name = name
-        self.takes_k = spec is not None
-        extra: list[str] = []
-        if spec is not None:
-            extra = ["--spec-type", spec, "--spec-draft-n-max", "16"]
-            if spec == "draft-simple":
-                if draft_gguf is None:
-                    raise ValueError(f"{name} needs the draft as a GGUF file")
-                extra += ["-md", str(draft_gguf)]
-        self.server = LlamaServer(gguf, *extra)
+        self.takes_k = spec == "draft-simple"
+        self.gguf = gguf
+        self.extra: list[str] = [] if spec is None else ["--spec-type", spec]
+        if self.takes_k:
+            if draft_gguf is None:
+                raise ValueError(f"{name} needs the draft as a GGUF file")
+            self.extra += ["-md", str(draft_gguf)]
+        self.servers: dict[int | None, LlamaServer] = {}
+        self.server_for(None if not self.takes_k else 4)  # started now: a broken build fails before the runs
         self.client = httpx.Client(timeout=600)
+
+    def server_for(self, k: int | None) -> "LlamaServer":
+        """The server that drafts k tokens a pass (started on first use; one for a method without k)."""
+        key = int(k) if self.takes_k else None
+        if key not in self.servers:
+            self.servers[key] = LlamaServer(self.gguf, *self.extra,
+                                            *(["--spec-draft-n-max", str(key)] if key is not None else []))
+        return self.servers[key]
 
     def run(self, prompt_ids, params, k) -> Run:
         body = {"prompt": list(prompt_ids), "n_predict": params.max_new_tokens, "stream": True, "return_tokens": True,
                 "cache_prompt": False, "ignore_eos": params.ignore_eos, **sampling_fields(params)}
         if params.seed is not None:
             body["seed"] = params.seed
-        if self.takes_k:
-            body["speculative.n_max"] = int(k)
-            body["speculative.n_min"] = 0
+        server = self.server_for(k)
         tokens: list[int] = []
         steps: list[tuple[float, int]] = []
         timings: dict = {}
         start = time.perf_counter()
-        with self.client.stream("POST", f"{self.server.url}/completion", json=body) as response:
+        with self.client.stream("POST", f"{server.url}/completion", json=body) as response:
             if response.status_code != 200:
                 raise RuntimeError(f"llama-server answered HTTP {response.status_code}: {response.read()[:300]!r}")
             for line in response.iter_lines():
@@ -169,11 +178,12 @@ class LlamaServerMethod:
                     timings = event.get("timings") or {}
                     break
         total = time.perf_counter() - start
-        self.server.wait_idle()
+        server.wait_idle()
         drafted, accepted = timings.get("draft_n"), timings.get("draft_n_accepted")
         return Run(token_ids=tokens[: params.max_new_tokens], total_s=total, steps=steps, drafted=drafted,
                    accepted=accepted)
 
     def close(self) -> None:
         self.client.close()
-        self.server.close()
+        for server in self.servers.values():
+            server.close()
