@@ -1,5 +1,5 @@
 """The llama.cpp backend (extra `llamacpp`) on the bundled GGUF files: the runner keeps the
-ModelRunner contract (logits of a block = logits one by one; rollback by position), it pairs with a
+Runner contract (logits of a block = logits one by one; rollback by position), it pairs with a
 torch target as the draft, and the bench's llama.cpp peers run.
 
 `make test` installs the extra, so these run there; without llama-cpp-python only the test of the
