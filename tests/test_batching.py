@@ -277,11 +277,10 @@ def test_a_long_catch_up_is_priced_at_what_long_ones_cost_not_at_short_ones_rate
     from specdecode.policy.costs import ema
 
     costs = costs_of(CostCurve({1: 0.045, 2: 0.050, 3: 0.055}), CostCurve({1: 0.013}))
-    costs.observe_catch_up(256, 0.512)  # the draft's timed prefill: 2 ms a token
     single = None
+    # The draft's timed prefill (2 ms a token), then catch-ups of a few tokens and one of 60.
     for tokens, seconds in [(256, 0.512)] + [(4, 0.001)] * 12 + [(60, 0.12)]:
-        if tokens != 256:
-            costs.observe_catch_up(tokens, seconds)
+        costs.observe_catch_up(tokens, seconds)
         single = ema(single, seconds / tokens, 0.2)
     assert costs.catch_up_seconds(4) == pytest.approx(0.001)  # its own class
     assert costs.catch_up_seconds(740) == pytest.approx(740 * 0.002)  # nearest measured class: 256
