@@ -1,6 +1,7 @@
 """Benchmark arithmetic against hand-computed values, the results schema, and workload errors."""
 
 import json
+import re
 import sys
 
 import pytest
@@ -329,3 +330,19 @@ def test_a_peer_server_is_left_to_go_idle_before_the_next_method():
     finally:
         server.proc.kill()
         server.proc.wait()
+
+
+def test_the_shipped_repetitive_workload_is_what_its_generator_makes():
+    """The data file is reproducible: regenerating it gives the same bytes, and the schema file shipped
+    beside it has exactly the keys every extraction prompt asks for."""
+    from importlib import resources
+
+    from specdecode.bench import repetitive_workload
+
+    data = resources.files("specdecode") / "data"
+    assert (data / "repetitive.jsonl").read_text(encoding="utf-8") == repetitive_workload.jsonl()
+    schema = json.loads((data / "contact.schema.json").read_text())
+    keys = re.findall(r'"(\w+)":', repetitive_workload.SCHEMA)
+    assert sorted(schema["properties"]) == sorted(keys) == sorted(schema["required"])
+    extractions = [r for r in repetitive_workload.rows() if r["category"] == "extraction"]
+    assert len(extractions) == 40 and all(repetitive_workload.SCHEMA in r["turns"][0] for r in extractions)

@@ -113,7 +113,7 @@ BUNDLED_WORKLOADS = {
     "spec-bench": "spec_bench_question.jsonl",  # 480 prompts, 6 categories (see data/NOTICE.md)
     "code": "code_completion.jsonl",  # 24 prompts asking to complete, write, fix or test Python functions
     # 40 extractions into one JSON schema and 4 four-turn code-edit conversations (--turns all): what
-    # repeats across requests (scripts/make_repetitive_workload.py)
+    # repeats across requests (bench/repetitive_workload.py makes it)
     "repetitive": "repetitive.jsonl",
 }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import typer
@@ -51,6 +52,12 @@ def bench(
     endpoint: Optional[list[str]] = typer.Option(None, "--endpoint", help="load-test an OpenAI-compatible server at "
                                                  "URL; given twice, the two servers paired on the same prompts "
                                                  "(ABBA rounds per concurrency level, ratios with intervals)"),
+    serve: Optional[list[str]] = typer.Option(None, "--serve", help="start `specdecode serve` with these flags (one "
+                                              "quoted string, e.g. \"--proposer none\") on a free port, wait until "
+                                              "it is loaded, bench it as --endpoint does, and stop it; given twice, "
+                                              "the two are paired"),
+    serve_timeout: float = typer.Option(900.0, "--serve-timeout", help="with --serve: seconds a server may take to "
+                                        "load before the run is refused"),
     requests: int = typer.Option(32, "--requests", help="with --endpoint: requests per concurrency level"),
     request_rate: Optional[float] = typer.Option(None, "--request-rate", help="with --endpoint: Poisson arrivals "
                                                                              "per second (default: all at once)"),
@@ -75,16 +82,25 @@ def bench(
 ):
     """Benchmark plain decoding, our proposers and transformers' peers side by side, or (--endpoint)
     a running OpenAI-compatible server under load."""
-    if endpoint:
-        from .endpoints import bench_endpoint, bench_paired
-    if endpoint and len(endpoint) == 2:
-        return bench_paired(endpoint, workload, categories, limit, concurrency, max_new_tokens, temperature, model,
-                            api, seed, out_dir, ignore_eos)
-    if endpoint and len(endpoint) > 2:
-        raise InvalidParameter(f"--endpoint takes one server (a load test) or two (paired), got {len(endpoint)}")
-    if endpoint:
-        return bench_endpoint(endpoint[0], workload, categories, limit, concurrency, requests, request_rate,
-                              max_new_tokens, temperature, model, api, tokenizer_spec, seed, out_dir, ignore_eos)
+    if serve and endpoint:
+        raise InvalidParameter("--serve starts the servers to bench and --endpoint names running ones: give one of "
+                               "them")
+    if serve or endpoint:
+        servers = serve or endpoint
+        if len(servers) > 2:
+            flag = "--serve" if serve else "--endpoint"
+            raise InvalidParameter(f"{flag} takes one server (a load test) or two (paired), got {len(servers)}")
+        running = functools.partial(bench_running, workload=workload, categories=categories, limit=limit,
+                                    concurrency=concurrency, requests=requests, request_rate=request_rate,
+                                    max_new_tokens=max_new_tokens, temperature=temperature, model=model, api=api,
+                                    tokenizer_spec=tokenizer_spec, seed=seed, out_dir=out_dir, ignore_eos=ignore_eos)
+        if endpoint:
+            return running(endpoint)
+        from pathlib import Path
+
+        from ..bench.served import served
+        with served(serve, Path(out_dir), serve_timeout) as urls:
+            return running(urls)
     import json
     from pathlib import Path
 
@@ -280,6 +296,18 @@ def bench(
                       "-" if r["itl_p50_s"] is None else f"{r['itl_p50_s'] * 1000:.0f}")
     out.print(table)
     out.print(f"wrote {out_dir}/results.json, {out_dir}/report.md and plots")
+
+
+def bench_running(urls: list[str], *, workload, categories, limit, concurrency, requests, request_rate, max_new_tokens,
+                  temperature, model, api, tokenizer_spec, seed, out_dir, ignore_eos) -> None:
+    """Running servers: one load-tested, or two paired on the same prompts."""
+    from .endpoints import bench_endpoint, bench_paired
+
+    if len(urls) == 2:
+        return bench_paired(urls, workload, categories, limit, concurrency, max_new_tokens, temperature, model, api,
+                            seed, out_dir, ignore_eos)
+    return bench_endpoint(urls[0], workload, categories, limit, concurrency, requests, request_rate, max_new_tokens,
+                          temperature, model, api, tokenizer_spec, seed, out_dir, ignore_eos)
 
 
 def schema_grammar(path: str | None, methods: list[str]):

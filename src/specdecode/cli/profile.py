@@ -12,13 +12,13 @@ import typer
 from rich.table import Table
 
 from ..sampling.params import InvalidParameter
-from . import (Device, DType, Draft, DraftDType, Proposer, Target, app, check_draft_context, DraftContext, out,
+from . import (Device, DType, Draft, DraftDType, Proposer, Target, app, check_draft_context, DraftContext, err, out,
                parse_k, parse_list, sampling_from_flags)
 
 
 profile_app = typer.Typer(no_args_is_help=False, help="Where a pass's time goes on this machine: the engine's "
                           "stages (no subcommand), a target pass by width (curve), a draft token (draft-cost), "
-                          "thread arrangements (threads).")
+                          "thread arrangements (threads), the check a lent GPU runs (device).")
 app.add_typer(profile_app, name="profile")
 
 
@@ -178,3 +178,42 @@ def threads(
         table.add_row(name, f"{row['decode_tokens_per_s']:.2f}", f"{row['draft_ms_per_pass']:.1f}",
                       f"{row['verify_ms_per_pass']:.1f}")
     print_json_or(report, as_json, table)
+
+
+@profile_app.command("device")
+def device_check(
+    out_dir: Optional[str] = typer.Argument(None, help="a folder for gpu_check.json and gpu_check.md"),
+    small: bool = typer.Option(False, "--small", help="tiny shapes: rehearse the whole check on a CPU"),
+    budget_s: float = typer.Option(420.0, "--budget-s", help="seconds after which the remaining steps are skipped "
+                                   "(what was measured is kept)"),
+    acceptance: Optional[str] = typer.Option(None, "--acceptance", help="a `specdecode bench` results.json of the "
+                                             "real default pair's draft proposer (per-position acceptance), to "
+                                             "model speedups from the measured costs"),
+    render: Optional[str] = typer.Option(None, "--render", help="print the tables of a gpu_check.json instead"),
+):
+    """The device check a lent GPU runs (docs/gpu.md): real-shaped random-weight pairs' one-token steps
+    and verify curves per runner against the bandwidth roofline, c, modelled speedups, and `verify` on
+    tiny models on the device (the rule passes, the naive residual fails)."""
+    import sys
+    from pathlib import Path
+
+    from ..bench import device_report
+
+    if render:
+        path = Path(render)
+        if not path.is_file():
+            raise InvalidParameter(f"--render {render!r}: no such file (give a gpu_check.json)")
+        typer.echo(device_report.render(json.loads(path.read_text())), nl=False)  # unwrapped: a markdown file
+        return
+    if out_dir is None:
+        raise InvalidParameter("give OUT (a folder for gpu_check.json) or --render FILE")
+    if acceptance and not Path(acceptance).is_file():
+        raise InvalidParameter(f"--acceptance {acceptance!r}: no such file (give a bench results.json)")
+    from ..bench.device_check import run
+
+    result = run(Path(out_dir), small, budget_s, Path(acceptance) if acceptance else None, " ".join(sys.argv),
+                 progress=lambda line: err.print(line, markup=False, highlight=False))
+    failed = [row["check"] for row in result["checks"] if not row["passed"]]
+    out.print(f"checks failed: {', '.join(failed)}" if failed else "all checks passed", highlight=False)
+    if failed:
+        raise typer.Exit(1)

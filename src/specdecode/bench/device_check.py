@@ -1,4 +1,4 @@
-"""The device check: what a lent GPU runs, once, in under 8 minutes, and the docs/gpu.md tables from it.
+"""The device check: what a lent GPU runs, once, in under 8 minutes (its tables: docs/gpu.md).
 
 Weights cannot travel to a lent machine, so the models are randomly initialised at real shapes (the
 default pair's, Qwen2.5-1.5B / 0.5B, and an 8B-shaped target with a 1B-shaped draft, bf16): right for
@@ -14,18 +14,17 @@ Exactness on the device: `specdecode verify` on tiny models there (the right rul
 naive residual must fail). Each step is skipped once --budget-s has passed, and OUT/gpu_check.json is
 rewritten after every step, so a short lease still returns what it measured.
 
-    python scripts/gpu_check.py OUT [--small] [--budget-s 420] [--acceptance RESULTS_JSON]
-    python scripts/gpu_check.py --render OUT/gpu_check.json     # the markdown tables, to stdout
-
---small: tiny shapes, to rehearse the whole check on a CPU (tests/test_gpu_scripts.py runs it).
+`specdecode profile device OUT [--small] [--budget-s 420] [--acceptance RESULTS_JSON]` runs it;
+`--render OUT/gpu_check.json` prints the tables again (bench/device_report.py). --small: tiny
+shapes, to rehearse the whole check on a CPU.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import gc
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,12 +34,13 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from gpu_costs import bytes_per_token, copy_bandwidth_gbs
-from specdecode.advise.tune import time_step, time_widths
-from specdecode.bench.metrics import conditional_acceptance
-from specdecode.models.backends.hf_batch import BatchRunner
-from specdecode.models.backends.hf_slots import SlotRunner
-from specdecode.policy.costs import CostCurve, best_k, expected_tokens, pass_seconds
+from ..advise.tune import time_step, time_widths
+from ..checks import tiny_models
+from ..models.backends.hf_batch import BatchRunner
+from ..models.backends.hf_slots import SlotRunner
+from ..policy.costs import CostCurve, best_k, expected_tokens, pass_seconds
+from .device_report import WIDTHS, checks, render
+from .metrics import conditional_acceptance
 
 QWEN = dict(arch="qwen2", vocab_size=151936, num_key_value_heads=2, tie_word_embeddings=True)
 LLAMA = dict(arch="llama", vocab_size=128256, num_key_value_heads=8, num_attention_heads=32)
@@ -66,10 +66,7 @@ SMALL_PAIRS = {
                               tie_word_embeddings=True)},
 }
 CONTEXT = 512  # prompt tokens before the timed passes
-WIDTHS = list(range(1, 10))  # 1 + k for k=auto's k in 0..8
 K_MAX = WIDTHS[-1] - 1
-# The floor the issue sets for a GPU (8B-shaped target, captured runner).
-LIMITS = {"step_over_roofline": 2.0, "verify5_over_step": 1.2, "draft_c": 0.35}
 
 
 def build(shape: dict, device: str):
@@ -79,6 +76,34 @@ def build(shape: dict, device: str):
                           max_position_embeddings=8192)
     with torch.device(device):
         return model_class._from_config(config, dtype=torch.bfloat16).eval()
+
+
+def bytes_per_token(model, context: int) -> dict:
+    """What one decode pass must read: every weight matrix once (the input embedding only one row,
+    unless it is tied to the output head) and the KV cache of the context."""
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    if not model.config.tie_word_embeddings:
+        weights -= model.get_input_embeddings().weight.nbytes
+    c = model.config
+    head_dim = c.hidden_size // c.num_attention_heads
+    kv = c.num_hidden_layers * 2 * c.num_key_value_heads * head_dim * context * 2
+    return {"params": sum(p.numel() for p in model.parameters()), "weight_bytes_read": weights, "kv_bytes_read": kv}
+
+
+def copy_bandwidth_gbs(device: str, gib: float) -> float:
+    """Device-to-device copy, bytes read plus written per second: the rate a decode pass can stream."""
+    a = torch.empty(int(gib * 2**30) // 2, dtype=torch.bfloat16, device=device)
+    b = torch.empty_like(a)
+    times = []
+    for _ in range(8):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        b.copy_(a)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return 2 * a.nbytes / statistics.median(times[2:]) / 1e9
 
 
 def runners(device: str) -> dict:
@@ -112,15 +137,9 @@ def modelled(verify_s: dict[int, float], step_s: float, draft_s: float, conditio
 
 def exactness(device: str, budget_left: float) -> dict:
     """`specdecode verify` on tiny models on the device: the rule passes, the naive residual fails."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    import tiny
-
     found = {}
     with tempfile.TemporaryDirectory() as root:
-        tok = tiny.tokenizer()
-        for name, model in (("target", tiny.model()), ("draft", tiny.model(hidden=32, layers=1, seed=1))):
-            model.save_pretrained(f"{root}/{name}")
-            tok.save_pretrained(f"{root}/{name}")
+        tiny_models.save_pair(root)
         for label, extra in (("rule", ["--seed", "1"]), ("naive", ["--seed", "2", "--naive"])):
             # On a GPU a model directory runs in the captured SlotRunner; on a CPU rehearsal hf-slots: asks
             # for the same runner, uncaptured.
@@ -141,52 +160,31 @@ def exactness(device: str, budget_left: float) -> dict:
     return found
 
 
-def checks(result: dict) -> list[dict]:
-    """The issue's floor on a GPU, from what was measured (nothing on a CPU rehearsal)."""
-    out = []
-    pair = result["pairs"].get("8b", {})
-    kind = "torch-cudagraph"
-    target, draft = pair.get("target", {}), pair.get("draft", {})
-    if kind in target.get("step_s", {}):
-        ratio = target["step_s"][kind] / target["roofline_step_s"]
-        out.append({"check": "8B target step / roofline", "value": ratio, "limit": LIMITS["step_over_roofline"]})
-        if "5" in target.get("verify_s", {}).get(kind, {}):
-            ratio = target["verify_s"][kind]["5"] / target["step_s"][kind]
-            out.append({"check": "verify width 5 / one-token step", "value": ratio, "limit": LIMITS["verify5_over_step"]})
-    if kind in draft.get("step_s", {}) and kind in target.get("step_s", {}):
-        out.append({"check": "draft c (1B / 8B step)", "value": draft["step_s"][kind] / target["step_s"][kind],
-                    "limit": LIMITS["draft_c"]})
-    for row in out:
-        row["passed"] = row["value"] <= row["limit"]
-    ex = result.get("exactness", {})
-    if "rule" in ex and "naive" in ex:
-        out.append({"check": "verify passes, --naive fails (tiny models)", "value": None, "limit": None,
-                    "passed": ex["rule"].get("passed") is True and ex["naive"].get("passed") is False})
-    return out
-
-
-def run(args) -> dict:
+def run(out: Path, small: bool = False, budget_s: float = 420.0, acceptance_path: Path | None = None,
+        command: str = "", progress=print) -> dict:
+    """Measure, saving OUT/gpu_check.json after every step (a short lease still returns what it
+    measured), then write OUT/gpu_check.md."""
     start = time.perf_counter()
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    args.out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     result: dict = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu (rehearsal)",
                     "torch": torch.__version__, "date": datetime.date.today().isoformat(),
-                    "command": " ".join(sys.argv), "context": CONTEXT, "dtype": "bfloat16", "pairs": {},
-                    "acceptance": acceptance(args.acceptance), "small": args.small, "skipped": []}
+                    "command": command, "context": CONTEXT, "dtype": "bfloat16", "pairs": {},
+                    "acceptance": acceptance(acceptance_path), "small": small, "skipped": []}
 
     def left() -> float:
-        return args.budget_s - (time.perf_counter() - start)
+        return budget_s - (time.perf_counter() - start)
 
     def save() -> None:
         result["elapsed_s"] = round(time.perf_counter() - start, 1)
         result["checks"] = checks(result)
-        (args.out / "gpu_check.json").write_text(json.dumps(result, indent=1))
+        (out / "gpu_check.json").write_text(json.dumps(result, indent=1))
 
-    result["copy_bandwidth_gbs"] = copy_bandwidth_gbs(device, 0.01 if args.small else 4)
+    result["copy_bandwidth_gbs"] = copy_bandwidth_gbs(device, 0.01 if small else 4)
     result["exactness"] = exactness(device, left())
     save()
-    print("exactness", json.dumps(result["exactness"]), flush=True)
-    for pair_name, shapes in (SMALL_PAIRS if args.small else PAIRS).items():
+    progress(f"exactness {json.dumps(result['exactness'])}")
+    for pair_name, shapes in (SMALL_PAIRS if small else PAIRS).items():
         torch.manual_seed(0)
         models = {role: build(shape, device) for role, shape in shapes.items()}
         prompt = torch.randint(0, shapes["target"]["vocab_size"], (CONTEXT,)).tolist()
@@ -218,8 +216,7 @@ def run(args) -> dict:
             pair.setdefault("modelled", {})[kind] = {
                 label: modelled(verify, target["step_s"][kind], draft["step_s"][kind], cond)
                 for label, cond in result["acceptance"].items()}
-            print(pair_name, kind, json.dumps({"target_step_s": target["step_s"][kind], "c": pair["c"][kind]}),
-                  flush=True)
+            progress(f"{pair_name} {kind} {json.dumps({'target_step_s': target['step_s'][kind], 'c': pair['c'][kind]})}")
             save()
         del models
         gc.collect()
@@ -227,78 +224,5 @@ def run(args) -> dict:
             result["peak_gib"] = max(result.get("peak_gib", 0), torch.cuda.max_memory_allocated() / 2**30)
             torch.cuda.empty_cache()
     save()
-    (args.out / "gpu_check.md").write_text(render(result))
+    (out / "gpu_check.md").write_text(render(result))
     return result
-
-
-def render(result: dict) -> str:
-    """The docs/gpu.md tables: every figure as measured by this run, the speedups marked modelled."""
-    ms = lambda s: f"{s * 1000:.2f}"  # noqa: E731
-    lines = [f"Measured on {result['device']} (torch {result['torch']}), {result['date']}: `{result['command']}`; "
-             f"copy bandwidth {result['copy_bandwidth_gbs']:.0f} GB/s, {result['context']}-token context, "
-             f"bf16, random weights of {'tiny (rehearsal)' if result.get('small') else 'real'} shapes.", "",
-             "| pair | model | runner | one-token step ms | roofline ms | step / roofline |", "|---|---|---|---|---|---|"]
-    for pair_name, pair in result["pairs"].items():
-        for role in ("target", "draft"):
-            m = pair[role]
-            for kind, s in m["step_s"].items():
-                lines.append(f"| {pair_name} | {m['shape']} | {kind} | {ms(s)} | {ms(m['roofline_step_s'])} | "
-                             f"{s / m['roofline_step_s']:.2f}x |")
-    lines += ["", "Verify pass by width, as a multiple of the same runner's one-token step:", "",
-              "| pair | runner | " + " | ".join(str(w) for w in WIDTHS) + " |",
-              "|---|---|" + "---|" * len(WIDTHS)]
-    for pair_name, pair in result["pairs"].items():
-        target = pair["target"]
-        for kind, curve in target["verify_s"].items():
-            lines.append(f"| {pair_name} | {kind} | " + " | ".join(
-                f"{curve[str(w)] / target['step_s'][kind]:.2f}" for w in WIDTHS) + " |")
-    labels = list(result["acceptance"])
-    if not labels:
-        lines += ["", "No --acceptance given: no modelled speedups."]
-    lines += ["", "c (draft step / target step) and the **modelled** speedup of draft speculation over plain "
-              "decoding on the same runner, at the real default pair's per-position acceptance measured on a CPU "
-              "(best k under k=auto's cost model):", "",
-              "| pair | runner | c | " + " | ".join(f"{label}: k, speedup" for label in labels) + " |",
-              "|---|---|---|" + "---|" * len(labels)]
-    for pair_name, pair in result["pairs"].items():
-        for kind, c in pair.get("c", {}).items():
-            cells = [f"{pair['modelled'][kind][label]['k']}, {pair['modelled'][kind][label]['speedup']:.2f}x"
-                     for label in labels]
-            lines.append(f"| {pair_name} | {kind} | {c:.2f} | " + " | ".join(cells) + " |")
-    ex = result.get("exactness", {})
-    lines += ["", "| check | value | limit | passed |", "|---|---|---|---|"]
-    for row in result.get("checks", []):
-        value = "-" if row["value"] is None else f"{row['value']:.2f}"
-        limit = "-" if row["limit"] is None else f"<= {row['limit']}"
-        lines.append(f"| {row['check']} | {value} | {limit} | {'yes' if row['passed'] else '**no**'} |")
-    for label in ("rule", "naive"):
-        if label in ex and "passed" in ex[label]:
-            e = ex[label]
-            lines.append(f"\n`verify` ({label}) on the {e['backend']} runner: passed={e['passed']}, {e['samples']} "
-                         f"samples, p = {e['p_value']:.3g}, first-token p = {e['first_token_p']:.3g}")
-    if result["skipped"]:
-        lines += ["", "Skipped: " + "; ".join(result["skipped"])]
-    return "\n".join(lines) + "\n"
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("out", type=Path, nargs="?")
-    ap.add_argument("--small", action="store_true")
-    ap.add_argument("--budget-s", type=float, default=420.0)
-    ap.add_argument("--acceptance", type=Path, default=None, help="a `specdecode bench` results.json of the real "
-                    "default pair's draft proposer, measured on a CPU")
-    ap.add_argument("--render", type=Path, default=None, help="print the tables of a gpu_check.json")
-    args = ap.parse_args()
-    if args.render:
-        print(render(json.loads(args.render.read_text())), end="")
-        return
-    if args.out is None:
-        ap.error("give OUT (a directory for gpu_check.json) or --render FILE")
-    result = run(args)
-    failed = [row["check"] for row in result["checks"] if not row["passed"]]
-    print(f"checks failed: {', '.join(failed)}" if failed else "all checks passed", flush=True)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,5 +1,6 @@
-"""Write src/specdecode/data/repetitive.jsonl: the bench's repetitive workload (made for this
-project, same licence as the code). Deterministic: the same file every run.
+"""The bench's repetitive workload, `data/repetitive.jsonl` (made for this project, same licence as
+the code), and how it is made: deterministically, so the shipped file is what `rows()` returns
+(`python -m specdecode.bench.repetitive_workload` writes it again).
 
 - extraction (40): short, different texts about a person, each to be put into one JSON schema;
   what repeats across requests is the schema, the keys and the answer's shape.
@@ -129,11 +130,18 @@ def code_edit() -> list[dict]:
     return rows
 
 
+def rows() -> list[dict]:
+    return extraction(random.Random(7)) + code_edit()
+
+
+def jsonl() -> str:
+    return "".join(json.dumps(r) + "\n" for r in rows())
+
+
 def main() -> None:
-    rows = extraction(random.Random(7)) + code_edit()
-    path = Path(__file__).resolve().parent.parent / "src" / "specdecode" / "data" / "repetitive.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    print(f"wrote {len(rows)} prompts to {path}")
+    path = Path(__file__).resolve().parent.parent / "data" / "repetitive.jsonl"
+    path.write_text(jsonl(), encoding="utf-8")
+    print(f"wrote {len(rows())} prompts to {path}")
 
 
 if __name__ == "__main__":
