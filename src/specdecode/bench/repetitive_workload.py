@@ -4,7 +4,7 @@ the code), and how it is made: deterministically, so the shipped file is what `r
 
 - extraction (40): short, different texts about a person, each to be put into one JSON schema;
   what repeats across requests is the schema, the keys and the answer's shape.
-- code_edit (4 sessions of 4 turns): a small Python module, then three changes, each answered
+- code_edit (4 conversations of 4 turns): a small Python module, then three changes, each answered
   with the whole updated code (run with `bench --turns all`).
 """
 
@@ -44,7 +44,7 @@ INSTRUCTION = ("Extract the contact details from the text below into a JSON obje
                f"{SCHEMA}. Use null for anything the text does not give. Reply with the JSON object only.\n\n"
                "Text: ")
 
-SESSIONS = [
+CONVERSATIONS = [
     ("inventory.py", '''class Inventory:
     def __init__(self):
         self.items = {}
@@ -122,7 +122,7 @@ def extraction(rng: random.Random) -> list[dict]:
 
 def code_edit() -> list[dict]:
     rows = []
-    for n, (name, code, changes) in enumerate(SESSIONS, start=1):
+    for n, (name, code, changes) in enumerate(CONVERSATIONS, start=1):
         turns = [f"Here is {name}:\n\n```python\n{code}```\n\nRename nothing and keep the style. "
                  "Reply with the whole file in one code block."]
         turns += [f"{change} Reply with the whole updated file in one code block." for change in changes]
