@@ -304,7 +304,14 @@ def test_a_tree_pass_scores_each_path_as_its_own_chain(draft_runner):
     base = prefix + [6]
 
     def close(got, want):
-        assert (got - want).abs().max() < 0.5 and torch.equal(got.argmax(-1), want.argmax(-1))
+        # llama.cpp's logits move a little with how the context was split into passes (a plain chain
+        # too), so the argmax is compared only where the reference's top two are further apart than
+        # twice that movement: a near tie may flip, a clear winner may not.
+        moved = (got - want).abs().max()
+        assert moved < 0.5
+        top = want.topk(2, -1).values
+        clear = top[:, 0] - top[:, 1] > 2 * moved
+        assert torch.equal(got.argmax(-1)[clear], want.argmax(-1)[clear])
 
     close(out[0][[0, 2, 3]], logits_of(r, base, [9, 11, 12]))
     close(out[0][[0, 1]], logits_of(r, base, [9, 10]))
@@ -407,7 +414,8 @@ def test_a_lone_request_is_prefilled_within_its_first_pass(monkeypatch):
 def test_a_loaded_runner_keeps_its_weights_on_huge_pages(setting):
     """The weights llama.cpp copies out of the GGUF go onto 2 MB pages where the kernel allows it
     (huge_pages.supported() probes that); SPECDECODE_HUGE_PAGES=0 leaves them on 4 KB pages. In a
-    fresh process, as a command loads its models."""
+    fresh process, as a command loads its models. A Q4_0 model, whose weights every x86 build of
+    llama.cpp repacks into its own layout (the shipped Q5_0 draft only an AMX build does)."""
     import os
     import subprocess
 
@@ -419,7 +427,8 @@ def anon_huge():
     with open("/proc/self/smaps_rollup") as f:
         return next(int(line.split()[1]) << 10 for line in f if line.startswith("AnonHugePages:"))
 before = anon_huge()
-runner = llamacpp.LlamaCppRunner.load(resolve("default", "draft").gguf, n_ctx=256, max_rows=1)
+runner = llamacpp.LlamaCppRunner.load(llamacpp.requantized(resolve("default", "draft").gguf, "q4_0"), n_ctx=256,
+                                      max_rows=1)
 runner.add_rows([1, 2, 3])
 width = runner.forward([[4]])[0].shape[1]
 print(json.dumps({"moved": runner.huge_page_bytes, "grew": anon_huge() - before, "width": width,

@@ -7,7 +7,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from specdecode.checks.tiny_models import SPECIALS, VOCAB, model, tokenizer  # noqa: F401  (the tests' names)
+from specdecode.checks.tiny_models import CHAT_TEMPLATE, SPECIALS, VOCAB, model, tokenizer  # noqa: F401  (the tests' names)
 
 
 @torch.no_grad()
