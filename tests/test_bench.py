@@ -346,3 +346,37 @@ def test_the_shipped_repetitive_workload_is_what_its_generator_makes():
     assert sorted(schema["properties"]) == sorted(keys) == sorted(schema["required"])
     extractions = [r for r in repetitive_workload.rows() if r["category"] == "extraction"]
     assert len(extractions) == 40 and all(repetitive_workload.SCHEMA in r["turns"][0] for r in extractions)
+
+
+def test_a_system_prompt_goes_before_every_prompt(monkeypatch, capsys, tiny_dirs, tmp_path):
+    """--system-prompt-file: the offline bench's prompts carry it (as many more tokens as the system
+    turn takes in the chat template); the config records it."""
+    system = tmp_path / "system.txt"
+    system.write_text("You are a terse assistant. Answer in one line.\n")
+    args = ("--methods", "plain", "--max-new-tokens", "4")
+    without = bench_code_prompts(monkeypatch, capsys, tiny_dirs, tmp_path / "a", *args)["plain"]
+    with_system = bench_code_prompts(monkeypatch, capsys, tiny_dirs, tmp_path / "b", *args,
+                                     "--system-prompt-file", str(system))["plain"]
+    from tiny import tokenizer
+
+    turn = tokenizer().apply_chat_template([{"role": "system", "content": system.read_text().strip()}], tokenize=False)
+    assert with_system["prompt_tokens_mean"] - without["prompt_tokens_mean"] == len(tokenizer()(turn)["input_ids"])
+    runs = [json.loads(line) for line in (tmp_path / "b" / "runs.jsonl").read_text().splitlines()]
+    assert runs and all(r["prompt_tokens"] > 0 for r in runs)
+    meta = json.loads((tmp_path / "b" / "meta.json").read_text())
+    assert meta["config"]["system_prompt"] == system.read_text().strip()
+
+
+@pytest.mark.parametrize("content,args,message", [
+    ("", (), "is empty: give a file with the system message"),
+    ("Be brief.", ("--endpoint", "http://127.0.0.1:1", "--api", "completions"), "needs --api chat"),
+])
+def test_bad_system_prompts_are_refused(capsys, monkeypatch, tmp_path, content, args, message):
+    from clirun import run_cli
+
+    path = tmp_path / "s.txt"
+    path.write_text(content)
+    said = run_cli(capsys, monkeypatch, "bench", "--system-prompt-file", str(path), *args, code=2)["stderr"]
+    assert message in said
+    missing = run_cli(capsys, monkeypatch, "bench", "--system-prompt-file", str(tmp_path / "none.txt"), code=2)
+    assert "cannot be read as UTF-8 text" in missing["stderr"]

@@ -60,3 +60,28 @@ def test_a_server_that_cannot_start_is_one_error_with_its_log(capsys, monkeypatc
                    code=2)["stderr"]
     assert "exited (code" in said and "before it answered /health" in said
     assert "/no/such/dir" in said  # the log's tail says what was wrong
+
+
+def test_a_system_prompt_is_sent_before_every_chat_prompt(tiny_dirs, capsys, monkeypatch, tmp_path):
+    """--system-prompt-file with a served model: every chat request carries it as the first message."""
+    from specdecode.bench import endpoint
+
+    sent = []
+    real = endpoint.one_request
+
+    async def recording(client, url, body, tokenizer, chat):
+        sent.append(body)
+        return await real(client, url, body, tokenizer, chat)
+
+    monkeypatch.setattr(endpoint, "one_request", recording)
+    system = tmp_path / "system.txt"
+    system.write_text("Answer as briefly as you can.")
+    run_cli(capsys, monkeypatch, "bench", "--serve", serve_flags(tiny_dirs, "--proposer", "ngram"), "--workload", "code",
+            "--limit", "2", "--max-new-tokens", "4", "--requests", "2", "--system-prompt-file", str(system),
+            "--out", str(tmp_path / "out"))
+    assert len(sent) == 2
+    for body in sent:
+        assert body["messages"][0] == {"role": "system", "content": "Answer as briefly as you can."}
+        assert body["messages"][1]["role"] == "user"
+    rows = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert rows[0]["errors"] == 0

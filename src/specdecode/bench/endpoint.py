@@ -91,9 +91,14 @@ async def one_request(client: httpx.AsyncClient, url: str, body: dict, tokenizer
     return result
 
 
+def chat_messages(prompt: str, system: str | None) -> list[dict]:
+    return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+
+
 async def run_level(base: str, model: str, prompts: list[str], concurrency: int, requests: int, rate: float | None,
                     max_tokens: int, temperature: float, tokenizer, chat: bool, timeout: float,
-                    seed: int, extra_body: dict | None = None) -> tuple[list[RequestResult], float]:
+                    seed: int, extra_body: dict | None = None,
+                    system: str | None = None) -> tuple[list[RequestResult], float]:
     url = f"{base}/v1/chat/completions" if chat else f"{base}/v1/completions"
     rng = random.Random(seed)
     sem = asyncio.Semaphore(concurrency)
@@ -103,7 +108,7 @@ async def run_level(base: str, model: str, prompts: list[str], concurrency: int,
             prompt = prompts[i % len(prompts)]
             body = {"model": model, "max_tokens": max_tokens, "temperature": temperature, "stream": True,
                     "stream_options": {"include_usage": True}}
-            body |= {"messages": [{"role": "user", "content": prompt}]} if chat else {"prompt": prompt}
+            body |= {"messages": chat_messages(prompt, system)} if chat else {"prompt": prompt}
             body |= extra_body or {}
             async with sem:
                 return await one_request(client, url, body, tokenizer, chat)
@@ -192,7 +197,7 @@ def quarters(results: list[RequestResult]) -> dict:
 def run_endpoint_bench(base: str, prompts: list[str], levels: list[int], requests: int, rate: float | None,
                        max_tokens: int, temperature: float, tokenizer, chat: bool, model: str | None,
                        timeout: float = 600.0, seed: int = 0, progress=None,
-                       extra_body: dict | None = None) -> tuple[list[dict], list[dict]]:
+                       extra_body: dict | None = None, system: str | None = None) -> tuple[list[dict], list[dict]]:
     base = base.rstrip("/")
     if base.endswith("/v1"):
         base = base[:-3]
@@ -206,7 +211,7 @@ def run_endpoint_bench(base: str, prompts: list[str], levels: list[int], request
     for level in levels:
         before = scrape_counters(base)
         results, wall = asyncio.run(run_level(base, model, prompts, level, requests, rate, max_tokens, temperature,
-                                              tokenizer, chat, timeout, seed, extra_body))
+                                              tokenizer, chat, timeout, seed, extra_body, system))
         after = scrape_counters(base)
         records.append(summarise_level(results, wall, level, before, after, temperature))
         raw.extend({"concurrency": level, "ok": r.ok, "error": r.error, "total_s": r.total_s, "steps": r.steps,

@@ -49,7 +49,8 @@ def ratio_ci(a: np.ndarray, b: np.ndarray, better_higher: bool, seed: int = 0, l
 
 
 def paired_level(sides: dict[str, tuple[str, str]], prompts: list[str], concurrency: int, max_tokens: int,
-                 temperature: float, chat: bool, extra_body: dict | None, seed: int = 0) -> dict:
+                 temperature: float, chat: bool, extra_body: dict | None, seed: int = 0,
+                 system: str | None = None) -> dict:
     """sides: {"A": (base, model), "B": (base, model)}. One level, ABBA rounds."""
     per_prompt: dict[str, list[list[dict]]] = {s: [[] for _ in prompts] for s in sides}
     walls: dict[str, list[float]] = {s: [] for s in sides}
@@ -58,7 +59,7 @@ def paired_level(sides: dict[str, tuple[str, str]], prompts: list[str], concurre
     for side in ORDER:
         base, model = sides[side]
         results, wall = asyncio.run(run_level(base, model, prompts, concurrency, len(prompts), None, max_tokens,
-                                              temperature, None, chat, 600.0, seed, extra_body))
+                                              temperature, None, chat, 600.0, seed, extra_body, system))
         walls[side].append(wall)
         tokens[side].append(sum(r.completion_tokens for r in results if r.ok))
         for i, r in enumerate(results):

@@ -27,6 +27,7 @@ class BenchConfig:
     turns: str = "first"  # or "all"
     concurrency: int = 1  # offline bench is sequential; kept in the schema for served load tests
     ignore_eos: bool = False  # every run generates exactly max_new_tokens
+    system: str | None = None  # a system message before every conversation (as chat apps send one)
 
 
 @dataclass
@@ -64,7 +65,7 @@ def run_grid(
             for temperature in config.temperatures:
                 params = SamplingParams(max_new_tokens=config.max_new_tokens, temperature=temperature,
                                         seed=config.seed + repeat, ignore_eos=config.ignore_eos)
-                history: list[dict] = []
+                history: list[dict] = [{"role": "system", "content": config.system}] if config.system else []
                 turns = prompt.turns if config.turns == "all" else prompt.turns[:1]
                 for turn_index, turn in enumerate(turns):
                     history.append({"role": "user", "content": turn})

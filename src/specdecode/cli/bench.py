@@ -52,6 +52,9 @@ def bench(
     endpoint: Optional[list[str]] = typer.Option(None, "--endpoint", help="load-test an OpenAI-compatible server at "
                                                  "URL; given twice, the two servers paired on the same prompts "
                                                  "(ABBA rounds per concurrency level, ratios with intervals)"),
+    system_prompt_file: Optional[str] = typer.Option(None, "--system-prompt-file", help="a text file sent as the "
+                                                     "system message before every prompt (a chat app's shared "
+                                                     "instructions; what a prefix cache saves)"),
     serve: Optional[list[str]] = typer.Option(None, "--serve", help="start `specdecode serve` with these flags (one "
                                               "quoted string, e.g. \"--proposer none\") on a free port, wait until "
                                               "it is loaded, bench it as --endpoint does, and stop it; given twice, "
@@ -85,7 +88,10 @@ def bench(
     if serve and endpoint:
         raise InvalidParameter("--serve starts the servers to bench and --endpoint names running ones: give one of "
                                "them")
+    system = read_system_prompt(system_prompt_file)
     if serve or endpoint:
+        if system and api != "chat":
+            raise InvalidParameter("--system-prompt-file needs --api chat: a completions prompt has no roles")
         servers = serve or endpoint
         if len(servers) > 2:
             flag = "--serve" if serve else "--endpoint"
@@ -93,7 +99,8 @@ def bench(
         running = functools.partial(bench_running, workload=workload, categories=categories, limit=limit,
                                     concurrency=concurrency, requests=requests, request_rate=request_rate,
                                     max_new_tokens=max_new_tokens, temperature=temperature, model=model, api=api,
-                                    tokenizer_spec=tokenizer_spec, seed=seed, out_dir=out_dir, ignore_eos=ignore_eos)
+                                    tokenizer_spec=tokenizer_spec, seed=seed, out_dir=out_dir, ignore_eos=ignore_eos,
+                                    system=system)
         if endpoint:
             return running(endpoint)
         from pathlib import Path
@@ -154,7 +161,7 @@ def bench(
         SamplingParams(temperature=t)  # validates
     window = check_draft_context(draft_context)
     grammar = schema_grammar(json_schema, method_names)
-    config = BenchConfig(k_values, temps, max_new_tokens, repeats, seed, turns, ignore_eos=ignore_eos)
+    config = BenchConfig(k_values, temps, max_new_tokens, repeats, seed, turns, ignore_eos=ignore_eos, system=system)
     SamplingParams(max_new_tokens=max_new_tokens)
     if prompt_lengths is None:
         prompts = load_workload(workload, parse_list(categories, str, "--categories") if categories else None, limit)
@@ -281,7 +288,7 @@ def bench(
     cfg = {"workload": prompt_lengths and f"prompt lengths {prompt_lengths}" or workload, "categories": categories,
            "limit": limit, "turns": turns, "methods": method_names, "k": k_values, "temperature": temps, "tree": trees,
            "max_new_tokens": max_new_tokens, "repeats": repeats, "seed": seed, "concurrency": 1,
-           "prompts": len(prompts), "draft_context": window, "json_schema": json_schema,
+           "prompts": len(prompts), "draft_context": window, "json_schema": json_schema, "system_prompt": system,
            "runs_finished": len(runs), "runs_planned": total, "interrupted": interrupted}
     write_outputs(Path(out_dir), records, runs, env, cfg, grid.skipped)
     table = Table("method", "k", "T", "tok/s", "speedup", "acceptance", "mean acc.", "TTFT ms", "ITL p50 ms")
@@ -299,15 +306,27 @@ def bench(
 
 
 def bench_running(urls: list[str], *, workload, categories, limit, concurrency, requests, request_rate, max_new_tokens,
-                  temperature, model, api, tokenizer_spec, seed, out_dir, ignore_eos) -> None:
+                  temperature, model, api, tokenizer_spec, seed, out_dir, ignore_eos, system) -> None:
     """Running servers: one load-tested, or two paired on the same prompts."""
     from .endpoints import bench_endpoint, bench_paired
 
     if len(urls) == 2:
         return bench_paired(urls, workload, categories, limit, concurrency, max_new_tokens, temperature, model, api,
-                            seed, out_dir, ignore_eos)
+                            seed, out_dir, ignore_eos, system)
     return bench_endpoint(urls[0], workload, categories, limit, concurrency, requests, request_rate, max_new_tokens,
-                          temperature, model, api, tokenizer_spec, seed, out_dir, ignore_eos)
+                          temperature, model, api, tokenizer_spec, seed, out_dir, ignore_eos, system)
+
+
+def read_system_prompt(path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        text = open(path, encoding="utf-8").read().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidParameter(f"--system-prompt-file {path!r} cannot be read as UTF-8 text: {exc}") from None
+    if not text:
+        raise InvalidParameter(f"--system-prompt-file {path!r} is empty: give a file with the system message")
+    return text
 
 
 def schema_grammar(path: str | None, methods: list[str]):

@@ -206,7 +206,7 @@ def tune_endpoint(endpoint: str, workload: str, categories: str | None, limit: i
 
 
 def bench_endpoint(endpoint, workload, categories, limit, concurrency, requests, request_rate, max_new_tokens,
-                   temperature, model, api, tokenizer_spec, seed, out_dir, ignore_eos=False) -> None:
+                   temperature, model, api, tokenizer_spec, seed, out_dir, ignore_eos=False, system=None) -> None:
     from pathlib import Path
 
     from ..bench.endpoint import run_endpoint_bench
@@ -238,13 +238,14 @@ def bench_endpoint(endpoint, workload, categories, limit, concurrency, requests,
     for t in temps:
         r, w = run_endpoint_bench(endpoint, prompts, levels, requests, request_rate, max_new_tokens, t, tokenizer,
                                   api == "chat", model, seed=seed, extra_body={"ignore_eos": True} if ignore_eos else None,
-                                  progress=lambda c: err.print(f"concurrency {c} done", highlight=False))
+                                  progress=lambda c: err.print(f"concurrency {c} done", highlight=False),
+                                  system=system)
         records += r
         raw += w
     write_endpoint_outputs(Path(out_dir), records, raw, {"endpoint": endpoint, "concurrency": levels,
                                                          "requests_per_level": requests, "request_rate": request_rate,
                                                          "max_new_tokens": max_new_tokens, "api": api,
-                                                         "ignore_eos": ignore_eos,
+                                                         "ignore_eos": ignore_eos, "system_prompt": system,
                                                          "prompts": len(prompts)})
     table = Table("concurrency", "T", "ok/requests", "tok/s", "req/s", "TTFT ms", "ITL p50/p90/p99 ms", "TPOT ms",
                   "acceptance", "first/last quarter tok/s")
@@ -261,7 +262,7 @@ def bench_endpoint(endpoint, workload, categories, limit, concurrency, requests,
 
 
 def bench_paired(endpoints, workload, categories, limit, concurrency, max_new_tokens, temperature, model, api, seed,
-                 out_dir, ignore_eos=False) -> None:
+                 out_dir, ignore_eos=False, system=None) -> None:
     """Two servers on the same prompts, ABBA per level: each metric as A relative to B with an interval."""
     import json
     from pathlib import Path
@@ -287,11 +288,12 @@ def bench_paired(endpoints, workload, categories, limit, concurrency, max_new_to
     for t in parse_list(temperature, float, "--temperature"):
         for c in levels:
             levels_out.append(paired_level(sides, prompts, c, max_new_tokens, t, api == "chat",
-                                           {"ignore_eos": True} if ignore_eos else None, seed))
+                                           {"ignore_eos": True} if ignore_eos else None, seed, system))
             err.print(f"T={t:g} concurrency {c} done", highlight=False)
     report = {"A": {"endpoint": sides["A"][0], "model": sides["A"][1]},
               "B": {"endpoint": sides["B"][0], "model": sides["B"][1]}, "max_new_tokens": max_new_tokens,
-              "api": api, "ignore_eos": ignore_eos, "prompts": len(prompts), "levels": levels_out}
+              "api": api, "ignore_eos": ignore_eos, "system_prompt": system, "prompts": len(prompts),
+              "levels": levels_out}
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "paired.json").write_text(json.dumps(report, indent=1))
