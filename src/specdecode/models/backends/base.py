@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 from collections.abc import Iterable
 from typing import Protocol
 
 import torch
+
+
+def importable(*modules: str) -> bool:
+    """Whether every module imports: an optional backend's extra is installed."""
+    try:
+        for name in modules:
+            importlib.import_module(name)
+    except ImportError:
+        return False
+    return True
 
 
 class Runner(Protocol):

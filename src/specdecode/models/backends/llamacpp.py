@@ -24,16 +24,13 @@ import torch
 from ..registry import ModelError
 from ..spec import QUANTS
 from . import ggml_thread, huge_pages
+from .base import importable
 from .llamacpp_trees import TreePasses, TreeRow  # noqa: F401 - TreeRow: a tree pass's layout
 from .ggml_thread import system_info  # noqa: F401 - the build's CPU features, read by reports
 
 
 def available() -> bool:
-    try:
-        import llama_cpp  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return importable("llama_cpp")
 
 
 def require() -> None:

@@ -24,6 +24,7 @@ import torch
 
 from ..cache import ModelError, cache_dir, console, locked
 from ..spec import ONNX_PRECISIONS as PRECISIONS
+from .base import importable
 
 # onnxruntime's config key that lets idle intra-op workers spin, in two literals: its first word is
 # one the docs test keeps out of the sources (it would read as history).
@@ -31,12 +32,7 @@ ALLOW_SPINNING = "sess" "ion.intra_op.allow_spinning"
 
 
 def available() -> bool:
-    try:
-        import onnxruntime  # noqa: F401
-        import onnxruntime_genai  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return importable("onnxruntime", "onnxruntime_genai")
 
 
 def require() -> None:
