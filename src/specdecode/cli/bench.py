@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -103,13 +104,11 @@ def bench(
                                     system=system)
         if endpoint:
             return running(endpoint)
-        from pathlib import Path
-
         from ..bench.served import served
+
         with served(serve, Path(out_dir), serve_timeout) as urls:
             return running(urls)
     import json
-    from pathlib import Path
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
@@ -321,7 +320,7 @@ def read_system_prompt(path: str | None) -> str | None:
     if path is None:
         return None
     try:
-        text = open(path, encoding="utf-8").read().strip()
+        text = Path(path).read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidParameter(f"--system-prompt-file {path!r} cannot be read as UTF-8 text: {exc}") from None
     if not text:
@@ -334,7 +333,6 @@ def schema_grammar(path: str | None, methods: list[str]):
     if path is None:
         return None
     import json
-    from pathlib import Path
 
     from ..bench.methods import ENGINE_METHODS
     from ..sampling.constraints import GrammarSpec
