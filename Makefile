@@ -32,15 +32,21 @@ LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 	-DGGML_OPENMP=OFF) \
 	$(if $(AMX_RUNS_NO_DSE),-DCMAKE_C_FLAGS=-fno-dse -DCMAKE_CXX_FLAGS=-fno-dse)
 LLAMA_VERSION := $(shell sed -n 's/.*"llama-cpp-python\(\[[a-z,]*\]\)\{0,1\}==\([0-9.]*\)".*/\2/p' pyproject.toml)
-# An AMX build gets one kernel more (make/llama-cpp-amx-rows.patch): llama.cpp sends every pass of two
-# tokens or more through its tile kernel, which at a few rows costs nearly twice a one-token pass;
-# the patch runs passes of 2-8 tokens against Q4_0, Q8_0 and Q6_K weights with VNNI, reading the
-# weights once, with the same logits bit for bit (docs/backends.md, "Passes of a few tokens on AMX").
-LLAMA_PATCH := $(if $(AMX_RUNS)$(AMX_RUNS_NO_DSE),make/llama-cpp-amx-rows.patch)
+# Two kernels of ours, for passes of a few tokens (a speculative verify), with the same logits bit for bit:
+# - make/llama-cpp-repack-rows.patch: without AMX, llama.cpp runs Q4_0 passes of 2-3 tokens row by row
+#   and of 4 or more with a per-row sign trick, so a few tokens cost several one-token passes; the patch
+#   repacks Q4_0 sixteen columns a block and multiplies each unpacked block into up to eight rows with
+#   AVX512-VNNI (compiled where the build has AVX512 BW and VNNI, inert elsewhere; docs/backends.md,
+#   "Passes of a few tokens on AVX-512").
+# - make/llama-cpp-amx-rows.patch, AMX builds only: llama.cpp sends every pass of two tokens or more
+#   through its tile kernel, which at a few rows costs nearly twice a one-token pass; the patch runs
+#   passes of 2-8 tokens against Q4_0, Q8_0 and Q6_K weights with VNNI, reading the weights once
+#   (docs/backends.md, "Passes of a few tokens on AMX").
+LLAMA_PATCH := make/llama-cpp-repack-rows.patch $(if $(AMX_RUNS)$(AMX_RUNS_NO_DSE),make/llama-cpp-amx-rows.patch)
 llama_key = $(shell echo '$(strip $(1))' | md5sum | cut -c1-12)
 LLAMA_CACHE := $(or $(SPECDECODE_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/specdecode)/wheels
 LLAMA_WHEELS := $(LLAMA_CACHE)/llama-cpp-python-$(LLAMA_VERSION)-$(call llama_key,$(LLAMA_CMAKE_ARGS) \
-	$(if $(LLAMA_PATCH),$(shell md5sum < $(LLAMA_PATCH) | cut -c1-12)))
+	$(shell cat $(LLAMA_PATCH) | md5sum | cut -c1-12))
 
 # llama.cpp's own server (`llama-server`), a third-party peer for `verify`, `bench` and `tune` with
 # --endpoint: built from the llama.cpp inside the same llama-cpp-python sdist, with the same CPU flags
@@ -68,7 +74,7 @@ $(STAMP): pyproject.toml Makefile $(LLAMA_PATCH)
 	ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1 || { tmp=$$(mktemp -d) && \
 		$(PY) -m pip download -q --no-deps --no-binary :all: -d $$tmp llama-cpp-python==$(LLAMA_VERSION) $(QUIET) && \
 		tar -xzf $$tmp/llama_cpp_python-$(LLAMA_VERSION).tar.gz -C $$tmp && \
-		$(if $(LLAMA_PATCH),patch -s -p1 -d $$tmp/llama_cpp_python-$(LLAMA_VERSION) < $(LLAMA_PATCH) &&) \
+		$(foreach patch,$(LLAMA_PATCH),patch -s -p1 -d $$tmp/llama_cpp_python-$(LLAMA_VERSION) < $(patch) &&) \
 		CMAKE_ARGS="$(strip $(LLAMA_CMAKE_ARGS))" $(PY) -m pip wheel -q --no-deps --no-cache-dir -w $(LLAMA_WHEELS) \
 			$$tmp/llama_cpp_python-$(LLAMA_VERSION) $(QUIET); status=$$?; rm -rf $$tmp; exit $$status; }
 	# Reinstalled even at the same version: a change of CPU flags makes another wheel of that version.

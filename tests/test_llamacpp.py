@@ -450,14 +450,19 @@ print(json.dumps({"moved": runner.huge_page_bytes, "grew": anon_huge() - before,
 def test_passes_of_a_few_tokens_score_like_one_token_passes():
     """A verify pass of 2-9 tokens on the Q4_0 target (Q4_0 layers, a Q6_K output layer) gives each
     token the logits it gets fed alone, up to llama.cpp's batched rounding. On an AMX build, passes of
-    2-8 tokens run make/llama-cpp-amx-rows.patch's kernels (9 runs the tiles), and the build has them."""
+    2-8 tokens run make/llama-cpp-amx-rows.patch's kernels (9 runs the tiles), and the build has them;
+    on an AVX-512 VNNI build without AMX, every Q4_0 layer runs make/llama-cpp-repack-rows.patch's
+    kernel (9 tokens: eight rows, then one), and the build has it."""
     import random
 
     from specdecode.models.backends import ggml_thread
     from specdecode.models.registry import resolve
 
+    info = llamacpp.system_info()
     if ggml_thread.has_amx():
-        assert ggml_thread.vnni_rows_max() == 8 and "AMX_VNNI_ROWS = 8" in llamacpp.system_info()
+        assert ggml_thread.vnni_rows_max() == 8 and "AMX_VNNI_ROWS = 8" in info
+    if "AVX512 = 1" in info and "AVX512_VNNI = 1" in info:
+        assert ggml_thread.exported_int("specdecode_q4_0_rows_kernel") == 1 and "Q4_0_ROWS = 1" in info
     r = llamacpp.LlamaCppRunner.load(llamacpp.requantized(resolve("default", "target").gguf, "q4_0"), n_ctx=512)
     rng = random.Random(0)
     prefix = [rng.randrange(1000, 30000) for _ in range(40)]

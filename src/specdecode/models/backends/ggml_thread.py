@@ -26,12 +26,15 @@ _pool: ThreadPoolExecutor | None = None
 
 
 def system_info() -> str:
-    """The CPU features this llama.cpp build's kernels were compiled for (chosen at build time), and
-    the widest pass our AMX patch runs with VNNI where the build has it; llamacpp.system_info is this.
+    """The CPU features this llama.cpp build's kernels were compiled for (chosen at build time), whether
+    it has our Q4_0 rows kernel, and the widest pass our AMX patch runs with VNNI where the build has
+    it; llamacpp.system_info is this.
     Costs measured on one build are cached under this string, so a rebuild measures again."""
     import llama_cpp
 
     info = llama_cpp.llama_print_system_info().decode().strip()
+    if exported_int("specdecode_q4_0_rows_kernel"):
+        info += " Q4_0_ROWS = 1 |"
     rows = vnni_rows_max()
     return f"{info} AMX_VNNI_ROWS = {rows} |" if rows else info
 
@@ -41,13 +44,19 @@ def vnni_rows_max() -> int:
     """The widest pass (tokens) that make/llama-cpp-amx-rows.patch runs against Q4_0, Q8_0 and Q6_K
     weights with VNNI instead of AMX tiles, read from the installed CPU library; 0 for a build
     without it."""
+    return exported_int("specdecode_amx_vnni_rows_max")
+
+
+def exported_int(name: str) -> int:
+    """An int our patches export from the installed CPU library (make/llama-cpp-*-rows.patch); 0 for a
+    build without it."""
     import llama_cpp
 
     library = min((Path(llama_cpp.__file__).parent / "lib").glob("libggml-cpu.so*"), default=None)
     if library is None:
         return 0
     try:
-        return ctypes.c_int.in_dll(ctypes.CDLL(str(library)), "specdecode_amx_vnni_rows_max").value
+        return ctypes.c_int.in_dll(ctypes.CDLL(str(library)), name).value
     except (OSError, ValueError):
         return 0
 
