@@ -462,7 +462,8 @@ def test_passes_of_a_few_tokens_score_like_one_token_passes():
     if ggml_thread.has_amx():
         assert ggml_thread.vnni_rows_max() == 8 and "AMX_VNNI_ROWS = 8" in info
     if "AVX512 = 1" in info and "AVX512_VNNI = 1" in info:
-        assert ggml_thread.exported_int("specdecode_q4_0_rows_kernel") == 1 and "Q4_0_ROWS = 1" in info
+        version = ggml_thread.exported_int("specdecode_q4_0_rows_kernel")
+        assert version > 0 and f"Q4_0_ROWS = {version} |" in info
     r = llamacpp.LlamaCppRunner.load(llamacpp.requantized(resolve("default", "target").gguf, "q4_0"), n_ctx=512)
     rng = random.Random(0)
     prefix = [rng.randrange(1000, 30000) for _ in range(40)]

@@ -33,8 +33,8 @@ def system_info() -> str:
     import llama_cpp
 
     info = llama_cpp.llama_print_system_info().decode().strip()
-    if exported_int("specdecode_q4_0_rows_kernel"):
-        info += " Q4_0_ROWS = 1 |"
+    if version := exported_int("specdecode_q4_0_rows_kernel"):
+        info += f" Q4_0_ROWS = {version} |"
     rows = vnni_rows_max()
     return f"{info} AMX_VNNI_ROWS = {rows} |" if rows else info
 
