@@ -39,7 +39,6 @@ def system_info() -> str:
     return f"{info} AMX_VNNI_ROWS = {rows} |" if rows else info
 
 
-@functools.cache
 def vnni_rows_max() -> int:
     """The widest pass (tokens) that make/llama-cpp-amx-rows.patch runs against Q4_0, Q8_0 and Q6_K
     weights with VNNI instead of AMX tiles, read from the installed CPU library; 0 for a build
@@ -47,9 +46,10 @@ def vnni_rows_max() -> int:
     return exported_int("specdecode_amx_vnni_rows_max")
 
 
+@functools.cache
 def exported_int(name: str) -> int:
     """An int our patches export from the installed CPU library (make/llama-cpp-*-rows.patch); 0 for a
-    build without it."""
+    build without it. Read once a process: the library does not change under a running process."""
     import llama_cpp
 
     library = min((Path(llama_cpp.__file__).parent / "lib").glob("libggml-cpu.so*"), default=None)
