@@ -27,14 +27,16 @@ _pool: ThreadPoolExecutor | None = None
 
 def system_info() -> str:
     """The CPU features this llama.cpp build's kernels were compiled for (chosen at build time), whether
-    it has our Q4_0 rows kernel, and the widest pass our AMX patch runs with VNNI where the build has
-    it; llamacpp.system_info is this.
+    it has our Q4_0 and Q6_K rows kernels, and the widest pass our AMX patch runs with VNNI where the
+    build has it; llamacpp.system_info is this.
     Costs measured on one build are cached under this string, so a rebuild measures again."""
     import llama_cpp
 
     info = llama_cpp.llama_print_system_info().decode().strip()
     if version := exported_int("specdecode_q4_0_rows_kernel"):
         info += f" Q4_0_ROWS = {version} |"
+    if version := exported_int("specdecode_q6_K_rows_kernel"):
+        info += f" Q6_K_ROWS = {version} |"
     rows = vnni_rows_max()
     return f"{info} AMX_VNNI_ROWS = {rows} |" if rows else info
 
