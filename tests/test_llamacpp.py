@@ -481,3 +481,52 @@ def test_passes_of_a_few_tokens_score_like_one_token_passes():
         # Control: another token's logits are far off, so a kernel that mixed up rows would fail.
         assert (singles.roll(1, 0) - block).abs().max() > 10 * gap, width
     assert r.rows == 0
+
+
+@needs_llamacpp
+@pytest.mark.realmodel
+def test_the_q6_k_output_layer_scores_like_the_same_weights_at_q8_0(tmp_path):
+    """The Q4_0 target keeps its output projection at Q6_K, which an AVX-512 VNNI build runs through
+    make/llama-cpp-repack-rows.patch's Q6_K kernel. The same model with that projection at Q8_0 (its
+    Q6_K values requantised: the layers are the same bytes) runs llama.cpp's Q8_0 kernels instead, so
+    the two must give nearly the same logits (as stock llama.cpp's Q6_K kernels do), in a one-token pass and in passes of 4 and 9 tokens (the
+    kernel's eight rows and then one). Control: the logits of other positions are far off, so a kernel
+    that mixed up scales, columns or rows would fail."""
+    import ctypes
+    import random
+
+    import llama_cpp
+
+    from specdecode.models.registry import resolve
+
+    shipped = resolve("default", "target").gguf
+    source = llamacpp.requantized(shipped, "q4_0")
+    q8_out = tmp_path / "q8-output.gguf"  # from the shipped file as `source` was, but the output at Q8_0
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0
+    params.output_tensor_type = llama_cpp.GGML_TYPE_Q8_0
+    params.allow_requantize = True
+    params.quantize_output_tensor = True
+    params.nthread = llamacpp.default_threads()
+    assert llama_cpp.llama_model_quantize(str(shipped).encode(), str(q8_out).encode(), ctypes.byref(params)) == 0
+    from gguf import GGUFReader
+
+    def output_type(path):
+        return next(t.tensor_type.name for t in GGUFReader(str(path)).tensors if t.name == "output.weight")
+
+    assert (output_type(source), output_type(q8_out)) == ("Q6_K", "Q8_0")
+    q6, q8 = llamacpp.LlamaCppRunner.load(source, n_ctx=256), llamacpp.LlamaCppRunner.load(q8_out, n_ctx=256)
+    rng = random.Random(1)
+    prefix = [rng.randrange(1000, 30000) for _ in range(30)]
+    for width in (1, 4, 9):
+        tokens = [rng.randrange(1000, 30000) for _ in range(width)]
+        a, b = logits_of(q6, prefix, tokens), logits_of(q8, prefix, tokens)
+        gap = (a - b).abs().max()
+        # Loose: Q8_0 rounds the Q6_K values again. Mixed-up scales or columns are off by far more.
+        assert gap < 0.5, (width, float(gap))
+        if width > 1:
+            assert (a.roll(1, 0) - b).abs().max() > 10 * gap, width
+        else:
+            assert (a[:, torch.randperm(a.shape[1], generator=torch.Generator().manual_seed(0))] - b).abs().max() > 10 * gap
+    q6.close()
+    q8.close()
