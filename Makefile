@@ -32,7 +32,8 @@ LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 	-DGGML_OPENMP=OFF) \
 	$(if $(AMX_RUNS_NO_DSE),-DCMAKE_C_FLAGS=-fno-dse -DCMAKE_CXX_FLAGS=-fno-dse)
 LLAMA_VERSION := $(shell sed -n 's/.*"llama-cpp-python\(\[[a-z,]*\]\)\{0,1\}==\([0-9.]*\)".*/\2/p' pyproject.toml)
-# Two kernels of ours, for passes of a few tokens (a speculative verify), with the same logits bit for bit:
+# Kernels of ours for passes of a few tokens (a speculative verify); a token's logits do not depend on the
+# pass width (Q4_0 bit for bit as stock llama.cpp's, Q6_K within float rounding of it):
 # - make/llama-cpp-repack-rows.patch: without AMX, llama.cpp runs Q4_0 passes of 2-3 tokens row by row
 #   and of 4 or more with a per-row sign trick, so a few tokens cost several one-token passes; the patch
 #   repacks Q4_0 and Q6_K (the output layer) sixteen columns a block and multiplies each unpacked block

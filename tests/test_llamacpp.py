@@ -489,27 +489,20 @@ def test_the_q6_k_output_layer_scores_like_the_same_weights_at_q8_0(tmp_path):
     """The Q4_0 target keeps its output projection at Q6_K, which an AVX-512 VNNI build runs through
     make/llama-cpp-repack-rows.patch's Q6_K kernel. The same model with that projection at Q8_0 (its
     Q6_K values requantised: the layers are the same bytes) runs llama.cpp's Q8_0 kernels instead, so
-    the two must give nearly the same logits (as stock llama.cpp's Q6_K kernels do), in a one-token pass and in passes of 4 and 9 tokens (the
-    kernel's eight rows and then one). Control: the logits of other positions are far off, so a kernel
+    the two must give nearly the same logits (as stock llama.cpp's Q6_K kernels do), in a one-token
+    pass and in passes of 4 and 9 tokens (the kernel's eight rows and then one). Control: the logits of other positions are far off, so a kernel
     that mixed up scales, columns or rows would fail."""
-    import ctypes
     import random
 
     import llama_cpp
+    from gguf import GGUFReader
 
     from specdecode.models.registry import resolve
 
     shipped = resolve("default", "target").gguf
     source = llamacpp.requantized(shipped, "q4_0")
     q8_out = tmp_path / "q8-output.gguf"  # from the shipped file as `source` was, but the output at Q8_0
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0
-    params.output_tensor_type = llama_cpp.GGML_TYPE_Q8_0
-    params.allow_requantize = True
-    params.quantize_output_tensor = True
-    params.nthread = llamacpp.default_threads()
-    assert llama_cpp.llama_model_quantize(str(shipped).encode(), str(q8_out).encode(), ctypes.byref(params)) == 0
-    from gguf import GGUFReader
+    llamacpp.quantize(shipped, q8_out, "q4_0", output_type=llama_cpp.GGML_TYPE_Q8_0)
 
     def output_type(path):
         return next(t.tensor_type.name for t in GGUFReader(str(path)).tensors if t.name == "output.weight")

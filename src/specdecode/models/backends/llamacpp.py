@@ -51,21 +51,31 @@ def requantized(gguf: Path, quant: str) -> Path:
     with locked(f"quant-{out.name}"):
         if out.is_file():
             return out
-        params = llama_cpp.llama_model_quantize_default_params()
-        params.ftype = QUANTS[quant]
-        params.allow_requantize = True
-        params.quantize_output_tensor = True
-        params.nthread = default_threads()
         tmp = out.with_suffix(".tmp")
         from ..registry import console
 
         with console.status(f"requantising {gguf.name} to {quant} with llama.cpp (once, cached)"):
-            failed = llama_cpp.llama_model_quantize(str(gguf).encode(), str(tmp).encode(), ctypes.byref(params)) != 0
-        if failed:
-            tmp.unlink(missing_ok=True)
-            raise ModelError(f"llama.cpp could not requantise {gguf} to {quant}")
+            quantize(gguf, tmp, quant)
         tmp.replace(out)
         return out
+
+
+def quantize(gguf: Path, out: Path, quant: str, output_type: int | None = None) -> None:
+    """Write `gguf` requantised to `quant` at `out` with llama.cpp's quantiser; output_type (a GGML
+    type) sets the output projection's type instead of llama.cpp's rule."""
+    require()
+    import llama_cpp
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = QUANTS[quant]
+    params.allow_requantize = True
+    params.quantize_output_tensor = True
+    params.nthread = default_threads()
+    if output_type is not None:
+        params.output_tensor_type = output_type
+    if llama_cpp.llama_model_quantize(str(gguf).encode(), str(out).encode(), ctypes.byref(params)) != 0:
+        out.unlink(missing_ok=True)
+        raise ModelError(f"llama.cpp could not requantise {gguf} to {quant}")
 
 
 def default_threads() -> int:
