@@ -181,6 +181,24 @@ def test_bench_compares_the_samplers_side_by_side(monkeypatch, capsys, tiny_dirs
     assert set(rows) == {"plain", "draft", "plain-invariant", "draft-invariant"}
 
 
+def test_bench_compares_draft_context_windows_side_by_side(monkeypatch, capsys, tiny_dirs, tmp_path):
+    """--draft-context 0,4 runs each draft-using method once per window in the same run: the later
+    window as <method>-ctx4, its report naming the window, greedy output equal to plain's."""
+    rows = bench_code_prompts(monkeypatch, capsys, tiny_dirs, tmp_path / "out", "--methods", "plain,draft,hybrid,ngram",
+                              "--k", "2", "--temperature", "0", "--max-new-tokens", "6", "--draft-context", "0,4")
+    assert set(rows) == {"plain", "draft", "hybrid", "ngram", "draft-ctx4", "hybrid-ctx4"}
+    assert "last 4 prompt tokens" in rows["draft-ctx4"]["backend"]
+    assert "prompt tokens" not in rows["draft"]["backend"]
+    assert all(r["greedy_differs_from_plain"] == 0 for r in rows.values() if r["method"] != "plain")
+    code = None
+    monkeypatch.setattr(sys, "argv", ["specdecode", "bench", "--draft-context", "4,4", "--target", tiny_dirs["target"]])
+    try:
+        cli.main()
+    except SystemExit as exc:
+        code = exc.code
+    assert code == 2 and "--draft-context lists a window twice" in capsys.readouterr().err
+
+
 def test_bench_runs_trees_beside_the_chains_and_reports_them(monkeypatch, capsys, tiny_dirs, tmp_path):
     out = tmp_path / "out"
     # Keep every branch whatever this machine's measured costs say (the cost rule is tree.trim's).

@@ -11,7 +11,8 @@ from rich.table import Table
 
 from ..engine.request import check_tree
 from ..sampling.params import InvalidParameter, SamplingParams
-from . import (Device, DType, Draft, DraftContext, DraftDType, SuffixTokens, Target, app, check_draft_context,
+from .bench_inputs import read_system_prompt, schema_grammar
+from . import (Device, DType, Draft, DraftDType, SuffixTokens, Target, app, check_draft_context,
                check_suffix_tokens, err, from_config, out, parse_k, parse_list)
 
 
@@ -45,7 +46,9 @@ def bench(
     dtype: str = DType,
     draft_dtype: Optional[str] = DraftDType,
     device: str = Device,
-    draft_context: int = DraftContext,
+    draft_context: str = typer.Option("0", "--draft-context", help="the draft model sees only the last N prompt "
+                                      "tokens (0: all); several (e.g. 0,128) compare the windows in one run, the "
+                                      "later ones as <method>-ctxN"),
     suffix_cache_tokens: int = SuffixTokens,
     out_dir: str = typer.Option("bench-out", "--out", help="directory for results.json, report.md and plots"),
     config: Optional[str] = typer.Option(None, "--config", help="a `tune --save` file: its models and dtypes are "
@@ -114,6 +117,7 @@ def bench(
         TimeRemainingColumn
 
     from ..models.backends.hf import parse_dtype
+    from ..bench.draft_windows import window_variants
     from ..bench.methods import ALL_METHODS, EngineMethod, make_method
     from ..bench.report import environment, write_outputs
     from ..bench.runner import BenchConfig, Grid, aggregate, complete_groups, run_grid
@@ -125,9 +129,12 @@ def bench(
     from ..models.loader import backend_name, load_draft, torch_model
     from ..proposers import WITH_DRAFT
 
+    windows = [check_draft_context(n) for n in parse_list(draft_context, int, "--draft-context")]
+    if len(set(windows)) < len(windows):
+        raise InvalidParameter(f"--draft-context lists a window twice: {draft_context!r}")
     if config:  # the saved models and dtypes replace the flags; the saved k joins the compared ones
-        target, draft, _, dtype, draft_dtype, saved_k, draft_context = from_config(
-            config, target, draft, "none", dtype, draft_dtype, k, draft_context)
+        target, draft, _, dtype, draft_dtype, saved_k, windows[0] = from_config(
+            config, target, draft, "none", dtype, draft_dtype, k, windows[0])
         if saved_k not in k.split(","):
             k = f"{k},{saved_k}"
     method_names = parse_list(methods, str, "--methods")
@@ -158,7 +165,7 @@ def bench(
         raise InvalidParameter("--repeats must be >= 1")
     for t in temps:
         SamplingParams(temperature=t)  # validates
-    window = check_draft_context(draft_context)
+    window = windows[0]
     grammar = schema_grammar(json_schema, method_names)
     config = BenchConfig(k_values, temps, max_new_tokens, repeats, seed, turns, ignore_eos=ignore_eos, system=system)
     SamplingParams(max_new_tokens=max_new_tokens)
@@ -220,6 +227,11 @@ def bench(
                 label = "draft-" + "".join(ch if ch.isalnum() or ch in "._@" else "-" for ch in spec.strip())
             grid.methods.append(EngineMethod("draft", build_generator(target_model, tokenizer, "draft", other,
                                                                       other_tok, draft_context=window), label=label))
+    for extra in windows[1:]:
+        grid.methods += window_variants(method_names, extra, target_model, tokenizer, draft_model, draft_tok,
+                                        lambda g: (seed_costs(g.pass_costs, target_found, draft_found),
+                                                   seed_draft_prior(g, draft_found)),
+                                        check_suffix_tokens(suffix_cache_tokens))
     if grammar is not None:
         gen.grammars().check(grammar)
     for method in [m for m in grid.methods if isinstance(m, EngineMethod)]:
@@ -287,7 +299,7 @@ def bench(
     cfg = {"workload": prompt_lengths and f"prompt lengths {prompt_lengths}" or workload, "categories": categories,
            "limit": limit, "turns": turns, "methods": method_names, "k": k_values, "temperature": temps, "tree": trees,
            "max_new_tokens": max_new_tokens, "repeats": repeats, "seed": seed, "concurrency": 1,
-           "prompts": len(prompts), "draft_context": window, "json_schema": json_schema, "system_prompt": system,
+           "prompts": len(prompts), "draft_context": windows if len(windows) > 1 else window, "json_schema": json_schema, "system_prompt": system,
            "runs_finished": len(runs), "runs_planned": total, "interrupted": interrupted}
     write_outputs(Path(out_dir), records, runs, env, cfg, grid.skipped)
     table = Table("method", "k", "T", "tok/s", "speedup", "acceptance", "mean acc.", "TTFT ms", "ITL p50 ms")
@@ -314,34 +326,3 @@ def bench_running(urls: list[str], *, workload, categories, limit, concurrency, 
                             seed, out_dir, ignore_eos, system)
     return bench_endpoint(urls[0], workload, categories, limit, concurrency, requests, request_rate, max_new_tokens,
                           temperature, model, api, tokenizer_spec, seed, out_dir, ignore_eos, system)
-
-
-def read_system_prompt(path: str | None) -> str | None:
-    if path is None:
-        return None
-    try:
-        text = Path(path).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidParameter(f"--system-prompt-file {path!r} cannot be read as UTF-8 text: {exc}") from None
-    if not text:
-        raise InvalidParameter(f"--system-prompt-file {path!r} is empty: give a file with the system message")
-    return text
-
-
-def schema_grammar(path: str | None, methods: list[str]):
-    """The GrammarSpec of --json-schema (None without it); only our methods can honour it."""
-    if path is None:
-        return None
-    import json
-
-    from ..bench.methods import ENGINE_METHODS
-    from ..sampling.constraints import GrammarSpec
-
-    peers = [m for m in methods if m not in ENGINE_METHODS]
-    if peers:
-        raise InvalidParameter(f"--json-schema constrains our methods only; {', '.join(peers)} would run "
-                               "unconstrained: drop them from --methods")
-    try:
-        return GrammarSpec("json", json.loads(Path(path).read_text()))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InvalidParameter(f"--json-schema {path}: {exc}") from None
