@@ -69,6 +69,9 @@ def test_aggregate_by_hand():
     assert d["mean_accepted_tokens"] == pytest.approx(2.0)
     assert d["per_position_acceptance"] == [0.5, 0.5]
     assert d["ttft_s"] == pytest.approx(0.3)
+    # Decoding alone: 3 tokens after the first in 0.2 s, against plain's 3 in 0.75 s.
+    assert d["decode_tokens_per_s"] == pytest.approx(15.0)
+    assert d["decode_vs_fastest_plain"] == pytest.approx(15.0 / 4.0)
     assert d["itl_p50_s"] == pytest.approx(0.1)  # ITLs: 0.1, 0.1, 0.2
     # c = (0.1 s / 4 drafted) / (1.0 s / 4 plain passes) = 0.1
     assert d["draft_cost_ratio"] == pytest.approx(0.1)

@@ -68,16 +68,18 @@ def markdown(records: list[dict], env: dict, config: dict, skipped: dict[str, st
         lines += ["", "## Skipped methods", ""] + [f"- `{m}`: {why}" for m, why in skipped.items()]
     lines += ["", "Inter-token latency is per token: tokens emitted together in one step (one target pass, or one "
               "streamed chunk for transformers) share that step's time evenly. TTFT and TPOT are medians over "
-              "runs; tokens/s is total tokens over total time. `c` is the draft's cost per drafted token relative "
+              "runs; tokens/s is total tokens over total time, prefill included; `decode` is the tokens after each "
+              "run's first over the time after it (prefill excluded: what longer outputs approach), against the "
+              "same fastest plain decoder. `c` is the draft's cost per drafted token relative "
               "to one plain target pass; `predicted` is Leviathan et al.'s (1 - a^(k+1)) / ((1 - a)(k c + 1)) from "
               "the measured acceptance a, to set against the measured speedup.", ""]
     categories = sorted({r["category"] for r in records}, key=lambda c: (c != "all", c))
     for category in categories:
         lines += [f"## {'All prompts' if category == 'all' else 'Category: ' + category}", ""]
-        lines += ["| method | backend | k | T | tok/s | vs fastest plain | speedup vs plain | vs hf | vs llamacpp | TTFT ms | "
+        lines += ["| method | backend | k | T | tok/s | vs fastest plain | decode vs fastest plain | speedup vs plain | vs hf | vs llamacpp | TTFT ms | "
                   "ITL p50/p90/p99 ms | TPOT ms | acceptance | mean accepted | per-position acceptance | c | predicted | "
                   "draft/verify/other s | peak RSS GB | greedy = plain |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in (r for r in records if r["category"] == category):
             itl = "/".join(_fmt(r[key], ".0f", 1000) for key in ("itl_p50_s", "itl_p90_s", "itl_p99_s"))
             pos = " ".join(f"{x:.2f}" for x in r["per_position_acceptance"]) or "-"
@@ -88,7 +90,8 @@ def markdown(records: list[dict], env: dict, config: dict, skipped: dict[str, st
             lines.append(
                 f"| {r['method']} | {r['backend']} | {'-' if r['k'] is None else r['k']} | {r['temperature']:g} | "
                 f"{r['tokens_per_s']:.2f} | {_fmt(r['speedup_vs_fastest_plain'], '.2f', suffix='x')} "
-                f"({r['fastest_plain'] or '-'}) | {_fmt(r['speedup_vs_plain'], '.2f', suffix='x')} | "
+                f"({r['fastest_plain'] or '-'}) | {_fmt(r.get('decode_vs_fastest_plain'), '.2f', suffix='x')} | "
+                f"{_fmt(r['speedup_vs_plain'], '.2f', suffix='x')} | "
                 f"{_fmt(r['speedup_vs_hf'], '.2f', suffix='x')} | {_fmt(r['speedup_vs_llamacpp'], '.2f', suffix='x')} | "
                 f"{_fmt(r['ttft_s'], '.0f', 1000)} | {itl} | "
                 f"{_fmt(r['tpot_s'], '.0f', 1000)} | {_fmt(r['acceptance_rate'], '.1%')} | "

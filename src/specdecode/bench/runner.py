@@ -161,6 +161,8 @@ def aggregate(runs: list[dict]) -> list[dict]:
         best = fastest.get((r["temperature"], r["category"]))
         r["fastest_plain"] = best["method"] if best else None
         r["speedup_vs_fastest_plain"] = r["tokens_per_s"] / best["tokens_per_s"] if best else None
+        r["decode_vs_fastest_plain"] = r["decode_tokens_per_s"] / best["decode_tokens_per_s"] \
+            if best and best["decode_tokens_per_s"] and r["decode_tokens_per_s"] else None
         t1 = plain_pass.get((r["temperature"], r["category"]))
         r["draft_cost_ratio"] = None
         r["predicted_speedup"] = None
@@ -203,6 +205,11 @@ def _summarise(key: tuple, rs: list[dict]) -> dict:
     tpots = [r["tpot_s"] for r in rs if r["tpot_s"] is not None]
     ttfts = [r["ttft_s"] for r in rs if r["ttft_s"] is not None]
     other = total - total_of("draft_s") - total_of("verify_s") - total_of("prefill_s") if engine else None
+    # Decoding alone: the tokens after each run's first, over the time after it (pooled 1/TPOT). Prefill
+    # costs every method alike, and at short outputs it hides what speculation does to generation.
+    timed = [r for r in rs if r["ttft_s"] is not None]
+    decode_s = sum(r["total_s"] - r["ttft_s"] for r in timed)
+    decode_tokens = sum(max(r["new_tokens"] - 1, 0) for r in timed)
     return {
         "method": method,
         "backend": rs[0]["backend"],
@@ -217,6 +224,7 @@ def _summarise(key: tuple, rs: list[dict]) -> dict:
         "total_s": total,
         "tokens_per_s": tokens / total if total > 0 else 0.0,
         "tokens_per_s_median": float(np.median([r["tokens_per_s"] for r in rs])),
+        "decode_tokens_per_s": decode_tokens / decode_s if decode_s > 0 else None,
         **metrics.latency_summary(ttfts, itls, tpots),
         "acceptance_rate": accepted / drafted if drafted else None,
         "mean_accepted_tokens": tokens / passes if passes else None,

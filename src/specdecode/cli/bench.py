@@ -302,12 +302,13 @@ def bench(
            "prompts": len(prompts), "draft_context": windows if len(windows) > 1 else window, "json_schema": json_schema, "system_prompt": system,
            "runs_finished": len(runs), "runs_planned": total, "interrupted": interrupted}
     write_outputs(Path(out_dir), records, runs, env, cfg, grid.skipped)
-    table = Table("method", "k", "T", "tok/s", "speedup", "acceptance", "mean acc.", "TTFT ms", "ITL p50 ms")
+    table = Table("method", "k", "T", "tok/s", "speedup", "decode", "acceptance", "mean acc.", "TTFT ms", "ITL p50 ms")
     for r in records:
         if r["category"] != "all":
             continue
         table.add_row(r["method"], "-" if r["k"] is None else str(r["k"]), f"{r['temperature']:g}",
                       f"{r['tokens_per_s']:.2f}", "-" if r["speedup_vs_plain"] is None else f"{r['speedup_vs_plain']:.2f}x",
+                      "-" if r["decode_vs_fastest_plain"] is None else f"{r['decode_vs_fastest_plain']:.2f}x",
                       "-" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.1%}",
                       "-" if r["mean_accepted_tokens"] is None else f"{r['mean_accepted_tokens']:.2f}",
                       "-" if r["ttft_s"] is None else f"{r['ttft_s'] * 1000:.0f}",
