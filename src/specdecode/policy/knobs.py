@@ -2,7 +2,7 @@
 
 `EngineConfig` (engine/config.py) holds one of each group; the policy classes take their defaults
 from here, so a number is written once. Why each value: docs/choosing-k.md (k="auto", the load cap,
-acceptance tracking) and docs/trees.md (branching).
+acceptance tracking) and docs/exactness.md, "Tree drafting" (branching).
 """
 
 from __future__ import annotations
