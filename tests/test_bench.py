@@ -184,6 +184,19 @@ def test_bench_compares_the_samplers_side_by_side(monkeypatch, capsys, tiny_dirs
     assert set(rows) == {"plain", "draft", "plain-invariant", "draft-invariant"}
 
 
+def test_a_peer_that_takes_a_fixed_k_is_reported_skipped_under_k_auto_alone(monkeypatch, capsys, tiny_dirs, tmp_path):
+    """hf-pld drafts a fixed k: with --k auto alone it cannot run, and the bench says so rather than
+    leaving it out without a word."""
+    out = tmp_path / "out"
+    rows = bench_code_prompts(monkeypatch, capsys, tiny_dirs, out, "--methods", "plain,ngram,hf-pld", "--k", "auto",
+                              "--temperature", "0", "--max-new-tokens", "4")
+    assert set(rows) == {"plain", "ngram"}
+    assert "hf-pld`: it drafts a fixed k and --k gave only auto" in (out / "report.md").read_text()
+    rows = bench_code_prompts(monkeypatch, capsys, tiny_dirs, tmp_path / "out2", "--methods", "plain,hf-pld", "--k",
+                              "auto,2", "--temperature", "0", "--max-new-tokens", "4")
+    assert set(rows) == {"plain", "hf-pld"} and rows["hf-pld"]["k"] == 2
+
+
 def test_bench_compares_draft_context_windows_side_by_side(monkeypatch, capsys, tiny_dirs, tmp_path):
     """--draft-context 0,4 runs each draft-using method once per window in the same run: the later
     window as <method>-ctx4, its report naming the window, greedy output equal to plain's."""

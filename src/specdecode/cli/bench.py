@@ -232,6 +232,10 @@ def bench(
                                         lambda g: (seed_costs(g.pass_costs, target_found, draft_found),
                                                    seed_draft_prior(g, draft_found)),
                                         check_suffix_tokens(suffix_cache_tokens))
+    if all(x == "auto" for x in k_values):  # a peer's own speculation takes a fixed k, never ours "auto"
+        for m in grid.methods:
+            if m.takes_k and not m.takes_auto:
+                grid.skipped[m.name] = "it drafts a fixed k and --k gave only auto: add one, e.g. --k auto,4"
     if grammar is not None:
         gen.grammars().check(grammar)
     for method in [m for m in grid.methods if isinstance(m, EngineMethod)]:
