@@ -173,9 +173,9 @@ def test_rows_are_sequences_of_one_context(draft_runner):
 @pytest.mark.realmodel
 def test_requantised_draft_is_smaller_and_still_agrees(draft_runner):
     """llamacpp:default@q4_0: requantised once by llama.cpp (cached), fewer bytes per token."""
-    from specdecode.models.generator import load_models
+    from specdecode.models.loader import load
 
-    _, _, runner, _ = load_models("default", "llamacpp:default@q4_0", "int8")
+    runner, _ = load("llamacpp:default@q4_0", "draft", "float32", max_rows=1)
     assert runner.gguf.name.endswith("@q4_0.gguf")
     assert runner.gguf.stat().st_size < draft_runner.gguf.stat().st_size
     from gguf import GGUFReader
