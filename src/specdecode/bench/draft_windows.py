@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..models.generator import build_generator
 from ..proposers import WITH_DRAFT
 from .methods import ENGINE_METHODS, EngineMethod
 
@@ -18,15 +17,12 @@ def window_label(method: str, window: int | None) -> str:
     return f"{method}-ctx{window or 'all'}"
 
 
-def window_variants(method_names: list[str], window: int | None, target_model, tokenizer, draft_model, draft_tok,
-                    prepare: Callable, suffix_memory: int) -> list[EngineMethod]:
-    """One generator whose draft sees the last `window` prompt tokens (None: all), and a method
-    `<name>-ctx<window>` on it for each draft-using method asked for; `prepare(gen)` seeds its
-    costs as the main generator's were."""
+def window_variants(method_names: list[str], window: int | None, generator: Callable) -> list[EngineMethod]:
+    """A method `<name>-ctx<window>` for each draft-using method asked for, all on one generator
+    whose draft sees the last `window` prompt tokens (None: all); `generator(window)` builds it over
+    the models already loaded, its costs seeded as the main generator's were."""
     names = [m for m in method_names if m in ENGINE_METHODS and ENGINE_METHODS[m] in WITH_DRAFT]
-    if not names or draft_model is None:
+    if not names:
         return []
-    gen = build_generator(target_model, tokenizer, "draft", draft_model, draft_tok, draft_context=window,
-                          suffix_memory=suffix_memory)
-    prepare(gen)
+    gen = generator(window)
     return [EngineMethod(name, gen, label=window_label(name, window)) for name in names]

@@ -90,7 +90,7 @@ def markdown(records: list[dict], env: dict, config: dict, skipped: dict[str, st
             lines.append(
                 f"| {r['method']} | {r['backend']} | {'-' if r['k'] is None else r['k']} | {r['temperature']:g} | "
                 f"{r['tokens_per_s']:.2f} | {_fmt(r['speedup_vs_fastest_plain'], '.2f', suffix='x')} "
-                f"({r['fastest_plain'] or '-'}) | {_fmt(r.get('decode_vs_fastest_plain'), '.2f', suffix='x')} | "
+                f"({r['fastest_plain'] or '-'}) | {_fmt(r['decode_vs_fastest_plain'], '.2f', suffix='x')} | "
                 f"{_fmt(r['speedup_vs_plain'], '.2f', suffix='x')} | "
                 f"{_fmt(r['speedup_vs_hf'], '.2f', suffix='x')} | {_fmt(r['speedup_vs_llamacpp'], '.2f', suffix='x')} | "
                 f"{_fmt(r['ttft_s'], '.0f', 1000)} | {itl} | "

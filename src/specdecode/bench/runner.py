@@ -45,6 +45,14 @@ class Grid:
                 out.append((m, None))
         return out
 
+    def skip_methods_without_points(self, k_values: list) -> None:
+        """A method the k values give no point (a peer that drafts a fixed k, under k="auto" alone) is
+        reported skipped with how to fix it, never left out without a word."""
+        running = {m.name for m, _ in self.points(k_values)}
+        for m in self.methods:
+            if m.name not in running:
+                self.skipped[m.name] = "it drafts a fixed k and --k gave only auto: add one, e.g. --k auto,4"
+
 
 def run_grid(
     grid: Grid,

@@ -186,15 +186,21 @@ def bench(
                                                                   resolved_dtype, resolved_draft, device=resolved_device)
     if prompt_lengths is not None:
         prompts = length_sweep(tokenizer, parse_list(prompt_lengths, int, "--prompt-lengths"))
-    gen = build_generator(target_model, tokenizer, "draft" if draft_model is not None else "none", draft_model,
-                          draft_tok, draft_context=window,
-                          suffix_memory=check_suffix_tokens(suffix_cache_tokens))
     # k=auto starts from what the choices measured here, as a generator loaded with "auto" does
     # (models/generator.load_generator); the choices are cached, so this reads them.
     draft_found = choose_draft(target, target_model, tokenizer, resolved_dtype, resolved_draft, resolved_device) \
         if drafts and drafts[0] == AUTO and draft_model is not None else None
-    seed_costs(gen.pass_costs, target_found, draft_found)
-    seed_draft_prior(gen, draft_found)
+
+    def generator(draft_window):
+        """A generator over the loaded target and first draft, its draft seeing `draft_window`."""
+        built = build_generator(target_model, tokenizer, "draft" if draft_model is not None else "none", draft_model,
+                                draft_tok, draft_context=draft_window,
+                                suffix_memory=check_suffix_tokens(suffix_cache_tokens))
+        seed_costs(built.pass_costs, target_found, draft_found)
+        seed_draft_prior(built, draft_found)
+        return built
+
+    gen = generator(window)
     too_long = [(p.id, p.category, n) for p in prompts
                 if (n := len(gen.encode(p.turns[0]))) + max_new_tokens > gen.target.max_context]
     if too_long:
@@ -227,15 +233,10 @@ def bench(
                 label = "draft-" + "".join(ch if ch.isalnum() or ch in "._@" else "-" for ch in spec.strip())
             grid.methods.append(EngineMethod("draft", build_generator(target_model, tokenizer, "draft", other,
                                                                       other_tok, draft_context=window), label=label))
-    for extra in windows[1:]:
-        grid.methods += window_variants(method_names, extra, target_model, tokenizer, draft_model, draft_tok,
-                                        lambda g: (seed_costs(g.pass_costs, target_found, draft_found),
-                                                   seed_draft_prior(g, draft_found)),
-                                        check_suffix_tokens(suffix_cache_tokens))
-    if all(x == "auto" for x in k_values):  # a peer's own speculation takes a fixed k, never ours "auto"
-        for m in grid.methods:
-            if m.takes_k and not m.takes_auto:
-                grid.skipped[m.name] = "it drafts a fixed k and --k gave only auto: add one, e.g. --k auto,4"
+    if draft_model is not None:
+        for extra in windows[1:]:
+            grid.methods += window_variants(method_names, extra, generator)
+    grid.skip_methods_without_points(k_values)
     if grammar is not None:
         gen.grammars().check(grammar)
     for method in [m for m in grid.methods if isinstance(m, EngineMethod)]:
