@@ -46,8 +46,15 @@ LLAMA_VERSION := $(shell sed -n 's/.*"llama-cpp-python\(\[[a-z,]*\]\)\{0,1\}==\(
 LLAMA_PATCH := make/llama-cpp-repack-rows.patch $(if $(AMX_RUNS)$(AMX_RUNS_NO_DSE),make/llama-cpp-amx-rows.patch)
 llama_key = $(shell echo '$(strip $(1))' | md5sum | cut -c1-12)
 LLAMA_CACHE := $(or $(SPECDECODE_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/specdecode)/wheels
-LLAMA_WHEELS := $(LLAMA_CACHE)/llama-cpp-python-$(LLAMA_VERSION)-$(call llama_key,$(LLAMA_CMAKE_ARGS) \
+# The wheel leaves out llama-cpp-python's multimodal library (mtmd: a fifth of the compile), which
+# only its image chat handlers load; the engine and llama_cpp.server run without it.
+LLAMA_WHEEL_ARGS := -DLLAVA_BUILD=OFF
+LLAMA_WHEELS := $(LLAMA_CACHE)/llama-cpp-python-$(LLAMA_VERSION)-$(call llama_key,$(LLAMA_CMAKE_ARGS) $(LLAMA_WHEEL_ARGS) \
 	$(shell cat $(LLAMA_PATCH) | md5sum | cut -c1-12))
+# Both builds start from llama-cpp-python's source release (it vendors the llama.cpp it binds), fetched
+# and unpacked into the recipe's $$tmp.
+LLAMA_SDIST = $(PY) -m pip download -q --no-deps --no-binary :all: -d $$tmp llama-cpp-python==$(LLAMA_VERSION) $(QUIET) && \
+	tar -xzf $$tmp/llama_cpp_python-$(LLAMA_VERSION).tar.gz -C $$tmp
 
 # llama.cpp's own server (`llama-server`), a third-party peer for `verify`, `bench` and `tune` with
 # --endpoint: built from the llama.cpp inside the same llama-cpp-python sdist, with the same CPU flags
@@ -72,12 +79,10 @@ $(STAMP): pyproject.toml Makefile $(LLAMA_PATCH)
 	# llama-cpp-python compiles llama.cpp (~7 min on 2 cores, once per set of CPU flags).
 	@ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1 || \
 		echo "building llama.cpp for this CPU: about 7 minutes on 2 cores, once (cached in $(LLAMA_WHEELS))"
-	ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1 || { tmp=$$(mktemp -d) && \
-		$(PY) -m pip download -q --no-deps --no-binary :all: -d $$tmp llama-cpp-python==$(LLAMA_VERSION) $(QUIET) && \
-		tar -xzf $$tmp/llama_cpp_python-$(LLAMA_VERSION).tar.gz -C $$tmp && \
+	ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1 || { tmp=$$(mktemp -d) && $(LLAMA_SDIST) && \
 		$(foreach patch,$(LLAMA_PATCH),patch -s -p1 -d $$tmp/llama_cpp_python-$(LLAMA_VERSION) < $(patch) &&) \
-		CMAKE_ARGS="$(strip $(LLAMA_CMAKE_ARGS))" $(PY) -m pip wheel -q --no-deps --no-cache-dir -w $(LLAMA_WHEELS) \
-			$$tmp/llama_cpp_python-$(LLAMA_VERSION) $(QUIET); status=$$?; rm -rf $$tmp; exit $$status; }
+		CMAKE_ARGS="$(strip $(LLAMA_CMAKE_ARGS) $(LLAMA_WHEEL_ARGS))" $(PY) -m pip wheel -q --no-deps --no-cache-dir \
+			-w $(LLAMA_WHEELS) $$tmp/llama_cpp_python-$(LLAMA_VERSION) $(QUIET); status=$$?; rm -rf $$tmp; exit $$status; }
 	# Reinstalled even at the same version: a change of CPU flags makes another wheel of that version.
 	$(PY) -m pip install -q --force-reinstall --no-deps $(LLAMA_WHEELS)/llama_cpp_python-*.whl $(QUIET)
 	$(PY) -m pip install -q -e '.[all,dev,llamacpp,onnx]' $(QUIET)
@@ -89,9 +94,7 @@ llama-server: $(LLAMA_SERVER)
 
 $(LLAMA_SERVER): | $(STAMP)
 	@test -x $(LLAMA_SERVER_CACHE) || echo "building llama.cpp's llama-server for this CPU: about 7 minutes on 2 cores, once (cached in $(dir $(LLAMA_SERVER_CACHE)))"
-	test -x $(LLAMA_SERVER_CACHE) || { tmp=$$(mktemp -d) && \
-		$(PY) -m pip download -q --no-deps --no-binary :all: -d $$tmp llama-cpp-python==$(LLAMA_VERSION) $(QUIET) && \
-		tar -xzf $$tmp/llama_cpp_python-$(LLAMA_VERSION).tar.gz -C $$tmp && \
+	test -x $(LLAMA_SERVER_CACHE) || { tmp=$$(mktemp -d) && $(LLAMA_SDIST) && \
 		{ cmake -S $$tmp/llama_cpp_python-$(LLAMA_VERSION)/vendor/llama.cpp -B $$tmp/build -DCMAKE_BUILD_TYPE=Release \
 			$(strip $(LLAMA_CMAKE_ARGS)) -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
 			-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON && \
