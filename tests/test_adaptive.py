@@ -86,6 +86,38 @@ def test_cost_cap_follows_draft_cost_and_acceptance():
     assert c.best_by_cost(0.01, flat, AcceptanceTracker(0.8)) > c.best_by_cost(0.03, flat, AcceptanceTracker(0.8))  # cheaper draft, longer k
 
 
+def test_a_width_seldom_run_follows_the_machine_s_speed():
+    """A shared machine's passes get faster or slower together. The one-token passes of a request
+    whose drafting is off see it; a two-token pass, run rarely, must follow, or the draft model is
+    priced at a wider pass's old cost against today's one-token pass and never turned on again.
+    The control: a curve whose widths move alone (shared = 0, a moving average per width) keeps the
+    old two-token cost and turns a draft that pays off."""
+    from specdecode.policy.costs import PassCosts
+
+    def after_speedup(shared):
+        costs = PassCosts()
+        costs.verify = CostCurve({1: 0.030, 2: 0.032, 3: 0.035}, shared=shared)
+        costs.per_draft["draft"] = 0.009
+        for _ in range(2):  # the widths seen once each at the old speed
+            for width in (1, 2, 3):
+                costs.observe("draft", drafted=width - 1, draft_s=0.009 * (width - 1), width=width,
+                              verify_s=CostCurve({1: 0.030, 2: 0.032, 3: 0.035})(width))
+        for _ in range(60):  # then the machine runs 25% faster, with drafting off
+            costs.observe("none", drafted=0, draft_s=0.0, width=1, verify_s=0.0225)
+        return costs
+
+    moved, stuck = after_speedup(CostCurve().shared), after_speedup(0.0)
+    assert moved.verify(1) == pytest.approx(0.0225, rel=0.01) == stuck.verify(1)
+    # 32/30 was the shape: off by at most the unshared part of the speed change (1/0.75)
+    shared = CostCurve().shared
+    assert moved.verify(2) / moved.verify(1) < (0.032 / 0.030) * (0.030 / 0.0225) ** (1 - shared) * 1.01
+    assert stuck.verify(2) / stuck.verify(1) == pytest.approx(0.032 / 0.0225, rel=0.01)
+    assert moved.per_draft["draft"] < 0.009 * 0.8  # the idle draft model got faster too
+    rule, acceptance = AdaptiveK(), AcceptanceTracker(0.74, weight=100)
+    assert rule.best(moved.per_draft["draft"], moved.verify, acceptance)[0] > 0
+    assert rule.best(stuck.per_draft["draft"], stuck.verify, acceptance)[0] == 0
+
+
 def test_choice_follows_the_costs_and_probes_while_off():
     from specdecode.policy.auto_k import SourceChoice
     from specdecode.policy.costs import PassCosts

@@ -193,3 +193,34 @@ def test_a_fresh_engine_drafts_from_the_measured_draft_on_its_first_request(targ
 
     assert first_sources(16.0).get("draft", [0])[0] > 0
     assert "draft" not in first_sources(90.0)
+
+
+def test_a_named_draft_measured_beside_the_target_is_priced_like_auto_s_pick(target_model, tok, monkeypatch, tmp_path):
+    """`--draft llamacpp:default@q4_0+v16k` named by hand, where --draft auto measured that draft
+    beside the same target on this machine, starts from that measurement (its price, its catch-up,
+    its agreement), as the draft auto picks does: with the knob's prior it was barely asked on short
+    code requests. A draft or target the measurement did not cover keeps the knob's prior."""
+    from types import SimpleNamespace
+
+    from specdecode.engine.config import EngineConfig
+    from specdecode.models import draft_choice, measured
+    from specdecode.models.backends import llamacpp
+    from specdecode.models.generator import draft_measurements, seed_draft_prior
+    from specdecode.models.loader import backend_name
+
+    monkeypatch.setenv("SPECDECODE_CACHE", str(tmp_path))
+    table = {"fast": {"greedy": 0.7, "sampled": 0.6, "draft_ms": 9.0},
+             "good": {"greedy": 0.8, "sampled": 0.8, "draft_ms": 20.0}}
+    path = draft_choice.cache_path("target-spec", backend_name(target_model), "bfloat16", "bfloat16",
+                                   draft_choice.candidates(llamacpp.available()))
+    measured.write(path, {"choice": "good", "why": "w", "table": table, "verify_ms": curve(30, 32, 35)})
+
+    found = draft_measurements("target-spec", target_model, tok, "fast", "bfloat16")
+    assert found["choice"] == "fast" and found["verify_ms"] == curve(30, 32, 35)
+    gen = SimpleNamespace(source_priors={}, pooled_acceptance={}, config=EngineConfig())
+    seed_draft_prior(gen, found)
+    assert gen.source_priors == {"draft": 0.6}  # the named draft's, not the pick's 0.8
+    assert draft_measurements("target-spec", target_model, tok, "unmeasured", "bfloat16") is None
+    assert draft_measurements("another-target", target_model, tok, "fast", "bfloat16") is None
+    assert draft_measurements("target-spec", target_model, tok, "fast", "float32") is None
+    assert draft_measurements("target-spec", target_model, tok, None, "bfloat16") is None

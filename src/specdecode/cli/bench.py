@@ -124,8 +124,8 @@ def bench(
     from ..bench.workloads import length_sweep, load_workload
     from ..models.device import resolve_device
     from ..models.draft_choice import AUTO
-    from ..models.generator import (build_generator, choose_draft, choose_target, load_models, seed_costs,
-                                    seed_draft_prior)
+    from ..models.generator import (build_generator, choose_draft, choose_target, draft_measurements, load_models,
+                                    seed_costs, seed_draft_prior)
     from ..models.loader import backend_name, load_draft, torch_model
     from ..proposers import WITH_DRAFT
 
@@ -188,8 +188,8 @@ def bench(
         prompts = length_sweep(tokenizer, parse_list(prompt_lengths, int, "--prompt-lengths"))
     # k=auto starts from what the choices measured here, as a generator loaded with "auto" does
     # (models/generator.load_generator); the choices are cached, so this reads them.
-    draft_found = choose_draft(target, target_model, tokenizer, resolved_dtype, resolved_draft, resolved_device) \
-        if drafts and drafts[0] == AUTO and draft_model is not None else None
+    draft_found = draft_measurements(target, target_model, tokenizer, drafts[0] if draft_model is not None else None,
+                                     resolved_dtype, resolved_draft, resolved_device)
 
     def generator(draft_window):
         """A generator over the loaded target and first draft, its draft seeing `draft_window`."""

@@ -185,6 +185,26 @@ def choose(target_spec: str, target_model, tokenizer, dtype: str, draft_dtype: s
     return found
 
 
+def measured_beside(target_spec: str, target_model, dtype: str, draft_dtype: str, draft: str,
+                    cache: Path | None = None) -> dict | None:
+    """A cached `--draft auto` measurement beside this target, pointed at `draft` (a named draft)
+    where that measurement covered it; None where it did not, or nothing is cached. Never measures.
+
+    A named draft is then priced and its acceptance seeded from what was measured here, as the
+    draft auto picks is: unpriced, with the knob's prior, k=auto can judge a good draft's catch-up
+    not worth it and keep it off for most of a short generation."""
+    from . import measured
+    from .backends import llamacpp
+    from .loader import backend_name
+
+    path = cache_path(target_spec, backend_name(target_model), dtype, draft_dtype,
+                      candidates(llamacpp.available()), cache)
+    found = measured.read(path)
+    if found is None or draft.strip() not in found.get("table", {}):
+        return None
+    return {**found, "choice": draft.strip(), "why": f"named; measured here beside {target_spec}"}
+
+
 def cached(cache: Path | None = None) -> list[dict]:
     """Every choice measured on this machine so far (for `specdecode models`)."""
     from . import measured

@@ -64,9 +64,9 @@ def load_generator(
     if target_choice_ is not None:
         gen.info["target_choice"] = {"choice": target, "why": target_choice_["why"],
                                      "fastest_plain": target_choice_["fastest_plain"]}
-    draft_choice_ = None
+    draft_choice_ = draft_measurements(target, target_model, tokenizer, draft if draft_model is not None else None,
+                                       dtype, draft_dtype, device)
     if draft_model is not None and draft.strip() == draft_choice.AUTO:  # measured and cached by load_models
-        draft_choice_ = choose_draft(target, target_model, tokenizer, dtype, draft_dtype, device)
         gen.info["draft_choice"] = {"choice": draft_choice_["choice"], "why": draft_choice_["why"]}
         draft = draft_choice_["choice"]
     seed_costs(gen.pass_costs, target_choice_, draft_choice_)
@@ -163,6 +163,21 @@ def choose_draft(target: str, target_model, tokenizer, dtype: str, draft_dtype: 
 
     return draft_choice.choose(target, target_model, tokenizer, parse_dtype(dtype), parse_dtype(draft_dtype or dtype),
                                log=lambda line: print(line, file=sys.stderr))
+
+
+def draft_measurements(target: str, target_model, tokenizer, draft: str | None, dtype: str,
+                       draft_dtype: str | None = None, device: str = "cpu") -> dict | None:
+    """What was measured here of the draft a generator runs, for seed_costs and seed_draft_prior:
+    `--draft auto`'s choice (measured on first use), or for a named draft the cached measurement of
+    the same draft beside the same target, where there is one (draft_choice.measured_beside); None
+    without a draft or a measurement."""
+    if not draft:
+        return None
+    if draft.strip() == draft_choice.AUTO:
+        return choose_draft(target, target_model, tokenizer, dtype, draft_dtype, device)
+    if on_gpu(device) or target.strip() == target_choice.AUTO:
+        return None
+    return draft_choice.measured_beside(target, target_model, parse_dtype(dtype), parse_dtype(draft_dtype or dtype), draft)
 
 
 def build_generator(

@@ -73,16 +73,35 @@ def best_k_at_rate(rate: float, draft_token_s: float, verify: "CostCurve", k_max
 
 
 class CostCurve:
-    """Seconds of one forward pass as a function of the tokens in it (rows x padded width)."""
+    """Seconds of one forward pass as a function of the tokens in it (rows x padded width).
 
-    def __init__(self, points: dict[int, float] | None = None, smoothing: float = 0.2):
+    Learnt as the machine's speed times the curve's shape: a pass moves the estimate at its own
+    width (a moving average), and every other width by the `shared` part of the same move. A
+    shared machine's speed drifts by tens of percent within minutes, for passes of every width
+    alike, while most passes have one width (one token, when drafting is off): a width seldom run
+    would otherwise keep the speed of long ago, and one that looked dear then (one-token passes got
+    faster, two-token ones were not run again) stays dear and unrun: drafting is turned off for good.
+    """
+
+    def __init__(self, points: dict[int, float] | None = None, smoothing: float = 0.2, shared: float = 0.8):
         self.points: dict[int, float] = dict(points or {})
         self.smoothing = smoothing
+        self.shared = shared
 
-    def observe(self, tokens: int, seconds: float) -> None:
+    def observe(self, tokens: int, seconds: float) -> float:
+        """Book a pass; returns the factor every other width moved by (1 for a width's first pass,
+        which says nothing about a change of speed)."""
         if tokens <= 0 or seconds <= 0:
-            return
-        self.points[tokens] = ema(self.points.get(tokens), seconds, self.smoothing)
+            return 1.0
+        old = self.points.get(tokens)
+        self.points[tokens] = ema(old, seconds, self.smoothing)
+        if old is None:
+            return 1.0
+        drift = (self.points[tokens] / old) ** self.shared
+        for width in self.points:
+            if width != tokens:
+                self.points[width] *= drift
+        return drift
 
     def __call__(self, tokens: float) -> float:
         if not self.points:
@@ -146,8 +165,13 @@ class PassCosts:
         self.smoothing = smoothing
 
     def observe(self, proposer: str, drafted: int, draft_s: float, width: int, verify_s: float) -> None:
-        """One pass of one row: `drafted` tokens from `proposer` in draft_s, scored in verify_s."""
-        self.verify.observe(width, verify_s)
+        """One pass of one row: `drafted` tokens from `proposer` in draft_s, scored in verify_s. The
+        sources that did not draft move with the machine's speed as the verify curve's other widths
+        do: a draft model off for a while is priced at today's speed, not at when it last drafted."""
+        drift = self.verify.observe(width, verify_s)
+        for source in self.per_draft:
+            if source != proposer or drafted == 0:
+                self.per_draft[source] *= drift
         if drafted > 0:
             self.per_draft[proposer] = ema(self.per_draft.get(proposer), draft_s / drafted, self.smoothing)
 
