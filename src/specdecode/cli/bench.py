@@ -124,8 +124,8 @@ def bench(
     from ..bench.workloads import length_sweep, load_workload
     from ..models.device import resolve_device
     from ..models.draft_choice import AUTO
-    from ..models.generator import (build_generator, choose_draft, choose_target, draft_measurements, load_models,
-                                    seed_costs, seed_draft_prior)
+    from ..models.generator import (build_generator, choose_target, draft_measurements, load_models, seed_costs,
+                                    seed_draft_prior)
     from ..models.loader import backend_name, load_draft, torch_model
     from ..proposers import WITH_DRAFT
 
@@ -298,9 +298,8 @@ def bench(
     env["device"] = resolved_device
     if target_found is not None:
         env["target_choice"] = {"choice": target_found["choice"], "why": target_found["why"]}
-    if draft_model is not None and drafts[0] == AUTO:  # measured and cached when it was loaded
-        chosen = choose_draft(target, target_model, tokenizer, resolved_dtype, resolved_draft, resolved_device)
-        env["draft_choice"] = {"choice": chosen["choice"], "why": chosen["why"]}
+    if draft_model is not None and drafts[0] == AUTO:  # draft_found is auto's choice
+        env["draft_choice"] = {"choice": draft_found["choice"], "why": draft_found["why"]}
     cfg = {"workload": prompt_lengths and f"prompt lengths {prompt_lengths}" or workload, "categories": categories,
            "limit": limit, "turns": turns, "methods": method_names, "k": k_values, "temperature": temps, "tree": trees,
            "max_new_tokens": max_new_tokens, "repeats": repeats, "seed": seed, "concurrency": 1,

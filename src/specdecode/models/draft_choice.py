@@ -149,18 +149,26 @@ def cache_path(target_spec: str, target_backend: str, dtype: str, draft_dtype: s
     return measured.cache_file("draft", [VERSION, target_spec, target_backend, dtype, draft_dtype, names], cache)
 
 
+def cache_path_beside(target_spec: str, target_model, dtype: str, draft_dtype: str,
+                      cache: Path | None = None) -> tuple[Path, list[str]]:
+    """(cache file, candidate names) of `--draft auto` beside this loaded target here."""
+    from .backends import llamacpp
+    from .loader import backend_name
+
+    names = candidates(llamacpp.available())
+    return cache_path(target_spec, backend_name(target_model), dtype, draft_dtype, names, cache), names
+
+
 def choose(target_spec: str, target_model, tokenizer, dtype: str, draft_dtype: str, cache: Path | None = None,
            log=None) -> dict:
     """{choice, why, table, ...} for `--draft auto` beside this target, measured on first use and
     cached (draft-<key>.json under $SPECDECODE_CACHE/machine/). Candidates that cannot load here or
     whose vocabulary does not match the target are left out, with the reason."""
     from . import measured
-    from .backends import llamacpp
     from .backends.dtype_choice import cpu_description
-    from .loader import as_runner, backend_name, load_draft
+    from .loader import as_runner, load_draft
 
-    names = candidates(llamacpp.available())
-    path = cache_path(target_spec, backend_name(target_model), dtype, draft_dtype, names, cache)
+    path, names = cache_path_beside(target_spec, target_model, dtype, draft_dtype, cache)
     if (found := measured.read(path)) is not None:
         return found
     if log is not None:
@@ -194,12 +202,8 @@ def measured_beside(target_spec: str, target_model, dtype: str, draft_dtype: str
     draft auto picks is: unpriced, with the knob's prior, k=auto can judge a good draft's catch-up
     not worth it and keep it off for most of a short generation."""
     from . import measured
-    from .backends import llamacpp
-    from .loader import backend_name
 
-    path = cache_path(target_spec, backend_name(target_model), dtype, draft_dtype,
-                      candidates(llamacpp.available()), cache)
-    found = measured.read(path)
+    found = measured.read(cache_path_beside(target_spec, target_model, dtype, draft_dtype, cache)[0])
     if found is None or draft.strip() not in found.get("table", {}):
         return None
     return {**found, "choice": draft.strip(), "why": f"named; measured here beside {target_spec}"}
