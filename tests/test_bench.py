@@ -76,6 +76,9 @@ def test_aggregate_by_hand():
     # c = (0.1 s / 4 drafted) / (1.0 s / 4 plain passes) = 0.1
     assert d["draft_cost_ratio"] == pytest.approx(0.1)
     assert d["predicted_speedup"] == pytest.approx(iid_speedup(0.5, 2, 0.1))
+    # v = (0.4 s / 2 passes) / 0.25 s = 0.8: priced as run, 1.75 tokens over 2 * 0.1 + 0.8 = 1.0
+    assert d["verify_cost_ratio"] == pytest.approx(0.8)
+    assert d["predicted_speedup_as_run"] == pytest.approx(1.75)
     assert d["greedy_differs_from_plain"] == 1 and d["greedy_first_difference_mean"] == 2
     assert ("draft", "all") in records and records[("plain", "all")]["speedup_vs_plain"] == 1.0
 

@@ -71,15 +71,17 @@ def markdown(records: list[dict], env: dict, config: dict, skipped: dict[str, st
               "runs; tokens/s is total tokens over total time, prefill included; `decode` is the tokens after each "
               "run's first over the time after it (prefill excluded: what longer outputs approach), against the "
               "same fastest plain decoder. `c` is the draft's cost per drafted token relative "
-              "to one plain target pass; `predicted` is Leviathan et al.'s (1 - a^(k+1)) / ((1 - a)(k c + 1)) from "
-              "the measured acceptance a, to set against the measured speedup.", ""]
+              "to one plain target pass and `v` the cost of one of its verify passes; `predicted` is Leviathan et "
+              "al.'s (1 - a^(k+1)) / ((1 - a)(k c + 1)) from the measured acceptance a, which assumes a verify pass "
+              "costs one plain pass (a memory-bound target), and `as run` the same with the measured pass, "
+              "(1 - a^(k+1)) / ((1 - a)(k c + v)): set both against the measured decode speedup.", ""]
     categories = sorted({r["category"] for r in records}, key=lambda c: (c != "all", c))
     for category in categories:
         lines += [f"## {'All prompts' if category == 'all' else 'Category: ' + category}", ""]
         lines += ["| method | backend | k | T | tok/s | vs fastest plain | decode vs fastest plain | speedup vs plain | vs hf | vs llamacpp | TTFT ms | "
-                  "ITL p50/p90/p99 ms | TPOT ms | acceptance | mean accepted | per-position acceptance | c | predicted | "
+                  "ITL p50/p90/p99 ms | TPOT ms | acceptance | mean accepted | per-position acceptance | c | v | predicted | as run | "
                   "draft/verify/other s | peak RSS GB | greedy = plain |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in (r for r in records if r["category"] == category):
             itl = "/".join(_fmt(r[key], ".0f", 1000) for key in ("itl_p50_s", "itl_p90_s", "itl_p99_s"))
             pos = " ".join(f"{x:.2f}" for x in r["per_position_acceptance"]) or "-"
@@ -96,7 +98,8 @@ def markdown(records: list[dict], env: dict, config: dict, skipped: dict[str, st
                 f"{_fmt(r['ttft_s'], '.0f', 1000)} | {itl} | "
                 f"{_fmt(r['tpot_s'], '.0f', 1000)} | {_fmt(r['acceptance_rate'], '.1%')} | "
                 f"{_fmt(r['mean_accepted_tokens'])} | {pos} | {_fmt(r['draft_cost_ratio'])} | "
-                f"{_fmt(r['predicted_speedup'], '.2f', suffix='x')} | {split} | "
+                f"{_fmt(r.get('verify_cost_ratio'))} | {_fmt(r['predicted_speedup'], '.2f', suffix='x')} | "
+                f"{_fmt(r.get('predicted_speedup_as_run'), '.2f', suffix='x')} | {split} | "
                 f"{r['peak_rss_bytes'] / 1e9:.2f} | {same} |"
             )
         lines.append("")
