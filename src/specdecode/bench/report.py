@@ -98,8 +98,8 @@ def markdown(records: list[dict], env: dict, config: dict, skipped: dict[str, st
                 f"{_fmt(r['ttft_s'], '.0f', 1000)} | {itl} | "
                 f"{_fmt(r['tpot_s'], '.0f', 1000)} | {_fmt(r['acceptance_rate'], '.1%')} | "
                 f"{_fmt(r['mean_accepted_tokens'])} | {pos} | {_fmt(r['draft_cost_ratio'])} | "
-                f"{_fmt(r.get('verify_cost_ratio'))} | {_fmt(r['predicted_speedup'], '.2f', suffix='x')} | "
-                f"{_fmt(r.get('predicted_speedup_as_run'), '.2f', suffix='x')} | {split} | "
+                f"{_fmt(r['verify_cost_ratio'])} | {_fmt(r['predicted_speedup'], '.2f', suffix='x')} | "
+                f"{_fmt(r['predicted_speedup_as_run'], '.2f', suffix='x')} | {split} | "
                 f"{r['peak_rss_bytes'] / 1e9:.2f} | {same} |"
             )
         lines.append("")

@@ -11,7 +11,7 @@ import numpy as np
 
 from . import metrics
 from ..engine.engine import chat_ids
-from ..policy.costs import iid_expected_tokens, iid_speedup
+from ..policy.costs import iid_speedup
 from ..sampling.params import SamplingParams
 from .methods import ALL_METHODS, PLAIN_METHODS, Method, Run
 from .workloads import Prompt
@@ -188,7 +188,7 @@ def aggregate(runs: list[dict]) -> list[dict]:
                 # on a CPU; the second prices the pass as this run measured it.
                 a = r["acceptance_rate"]
                 r["predicted_speedup"] = iid_speedup(a, r["k"], c)
-                r["predicted_speedup_as_run"] = iid_expected_tokens(a, r["k"]) / (r["k"] * c + v)
+                r["predicted_speedup_as_run"] = iid_speedup(a, r["k"], c, verify_ratio=v)
     _mark_divergence(records, runs)
     order = {name: i for i, name in enumerate(ALL_METHODS)}
     return sorted(records, key=lambda r: (r["category"] != "all", r["category"], r["temperature"],
