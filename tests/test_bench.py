@@ -233,12 +233,13 @@ def test_bench_runs_trees_beside_the_chains_and_reports_them(monkeypatch, capsys
 
 
 def test_bench_defaults_to_our_default_beside_llama_cpp_s_plain_loops(monkeypatch, capsys, tiny_dirs, tmp_path):
-    """Without --methods and --k a bench runs our default configuration (hybrid, k=auto) and the
+    """Without --methods and --k a bench runs our default configuration (hybrid-suffix, k=auto) and the
     n-gram proposer beside our plain decoding and llama.cpp's plain loops; a peer that cannot run
     on these models (no GGUF for the tiny target) is named with its reason, not silently dropped."""
     out = tmp_path / "out"
     rows = bench_code_prompts(monkeypatch, capsys, tiny_dirs, out, "--limit", "1", "--max-new-tokens", "4")
-    assert {(name, r["k"]) for name, r in rows.items()} == {("plain", None), ("hybrid", "auto"), ("ngram", "auto")}
+    assert {(name, r["k"]) for name, r in rows.items()} == {("plain", None), ("hybrid-suffix", "auto"),
+                                                                 ("ngram", "auto")}
     skipped = json.loads((out / "meta.json").read_text())["skipped"]
     assert set(skipped) == {"llamacpp", "llama-server"} and all("GGUF" in why for why in skipped.values())
 

@@ -175,18 +175,22 @@ TOPP = SamplingParams(temperature=1.0, top_k=4, top_p=0.9, max_new_tokens=3, ign
 N = 1500  # the size of the engine suites in test_exactness.py
 
 
-def suffix_samples(gen, reject=None):
+def suffix_samples(gen, reject=None, proposer="suffix", ks=(2, 3), sources=None, forget_every=N):
     """N seeded requests of one prompt through the engine: after the first few, the memory of the
     earlier answers drafts most of each (its most frequent continuation), the request's own index
-    the rest."""
-    gen.proposers["suffix"].forget()
+    the rest (and, for hybrid-suffix, the draft model where neither matches). The memory is emptied
+    every `forget_every` requests; `sources` (a Counter) collects the passes each source drafted."""
     counts = Counter()
     changes = {} if reject is None else {"reject": reject}
     with gen.configured(**changes):
         for i in range(N):
-            out = gen.generate(list(SUFFIX_PROMPT), TOPP.replace(seed=5000 + i), k=2 + i % 2, chat=False,
-                               proposer="suffix")
+            if i % forget_every == 0:
+                gen.proposers["suffix"].forget()
+            out = gen.generate(list(SUFFIX_PROMPT), TOPP.replace(seed=5000 + i), k=ks[i % len(ks)], chat=False,
+                               proposer=proposer)
             counts[tuple(out.token_ids)] += 1
+            if sources is not None:
+                sources.update({source.rstrip("0123456789"): c[0] for source, c in out.stats["by_source"].items()})
     return counts
 
 
@@ -195,6 +199,17 @@ def test_suffix_joint_distribution(near_draft_gen, target_model):
     counts = suffix_samples(near_draft_gen)
     hits = near_draft_gen.proposers["suffix"].counters["memory_hits"] - before["memory_hits"]
     assert hits > N // 2  # the memory drafted, often
+    assert_exact(one_sample(counts, exact_model_joint(target_model, SUFFIX_PROMPT, TOPP, 3), alpha=ALPHA))
+
+
+def test_hybrid_suffix_joint_distribution(near_draft_gen, target_model):
+    """The default proposer: memory and own-index drafts (one-hot q) and draft-model drafts (sampled
+    q) in one request stream, at fixed k and k=auto."""
+    sources = Counter()
+    # A memory emptied every other request: the draft model drafts the request after, the memory the next.
+    counts = suffix_samples(near_draft_gen, proposer="hybrid-suffix", ks=(2, 3, "auto"), sources=sources,
+                            forget_every=2)
+    assert sources["suffix"] > N // 4 and sources["draft"] > N // 4, sources  # both kinds drafted
     assert_exact(one_sample(counts, exact_model_joint(target_model, SUFFIX_PROMPT, TOPP, 3), alpha=ALPHA))
 
 

@@ -75,7 +75,7 @@ def test_from_pretrained_resolves_auto_to_the_measured_target(tiny_dirs, tmp_pat
 
     gen = SpeculativeGenerator.from_pretrained(target="auto", draft=tiny_dirs["draft"], dtype="float32")
     assert gen.info["target"] == tiny_dirs["target"] and gen.info["target_choice"]["choice"] == tiny_dirs["target"]
-    assert "predicted" in gen.info["target_choice"]["why"] and gen.default_proposer == "hybrid"
+    assert "predicted" in gen.info["target_choice"]["why"] and gen.default_proposer == "hybrid-suffix"
 
 
 def test_the_measured_costs_seed_k_autos_curves():

@@ -16,6 +16,7 @@ from rich.console import Console
 
 from ..engine.request import RequestError
 from ..models.registry import ModelError
+from ..proposers import DEFAULT_PROPOSER
 from ..sampling.params import InvalidParameter, SamplingParams
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -75,8 +76,8 @@ Draft = typer.Option("auto", "--draft", help="draft model (for --proposer draft)
                      "cached), default (the torch draft), llamacpp:default@q4_0+v32k, a directory or a .gguf file")
 
 
-Proposer = typer.Option("hybrid", "--proposer", help="draft | ngram | suffix (matches in this and earlier outputs) | "
-                        "hybrid (n-gram lookup, else the draft) | hybrid-suffix (suffix, else the draft) | none")
+Proposer = typer.Option(DEFAULT_PROPOSER, "--proposer", help="draft | ngram | suffix (matches in this and earlier "
+                        "outputs) | hybrid (n-gram lookup, else the draft) | hybrid-suffix (suffix, else the draft) | none")
 
 
 SuffixTokens = typer.Option(100_000, "--suffix-cache-tokens", help="tokens of recent outputs the suffix proposer "

@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from ..engine.request import check_tree
+from ..proposers import DEFAULT_PROPOSER
 from ..sampling.params import InvalidParameter, SamplingParams
 from .bench_inputs import read_system_prompt, schema_grammar
 from . import (Device, DType, Draft, DraftDType, SuffixTokens, Target, app, check_draft_context,
@@ -18,7 +19,7 @@ from . import (Device, DType, Draft, DraftDType, SuffixTokens, Target, app, chec
 
 # Our default configuration beside the plain decoders a CPU user would otherwise run: a speedup is
 # read against the fastest of them, not only against our own plain decoding.
-DEFAULT_METHODS = "plain,hybrid,ngram,llamacpp,llama-server"
+DEFAULT_METHODS = f"plain,{DEFAULT_PROPOSER},ngram,llamacpp,llama-server"
 
 
 @app.command()
@@ -32,8 +33,8 @@ def bench(
     methods: str = typer.Option(DEFAULT_METHODS, "--methods",
                                 help="plain,draft,ngram,suffix,hybrid,hybrid-suffix,hf,hf-assisted,hf-pld,"
                                 "llamacpp,llamacpp-pld,llama-server,llama-server-ngram,llama-server-draft,"
-                                "plain-torch,llamacpp-shipped; the default compares our default (hybrid "
-                                "k=auto) and the n-gram proposer with our plain decoding and llama.cpp's own "
+                                "plain-torch,llamacpp-shipped; the default compares our default ("
+                                f"{DEFAULT_PROPOSER} k=auto) and the n-gram proposer with our plain decoding and llama.cpp's own "
                                 "plain loops (llama-cpp-python; llama-server once `make llama-server` built it)"),
     k: str = typer.Option("auto", "--k", help="comma-separated k values, may include auto (the default's)"),
     temperature: str = typer.Option("0", "--temperature", help="comma-separated, e.g. 0,1"),

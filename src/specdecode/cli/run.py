@@ -249,10 +249,10 @@ def demo(
     target: str = Target,
     draft: str = typer.Option("auto", "--draft", help="draft model (default: the one measured fastest beside "
                                                      "the target on this machine)"),
-    proposer: str = typer.Option("hybrid", "--proposer"),
+    proposer: str = Proposer,
     k: str = typer.Option("auto", "--k"),
 ):
-    """Our default configuration (the target runtime and draft measured fastest here, the hybrid
+    """Our default configuration (the target runtime and draft measured fastest here, the default
     proposer, k=auto) beside the plain decoders a user would otherwise run (llama.cpp's own loop on
     the target's GGUF, or Q4_0 beside another runtime, and on the shipped one; plain torch) on three prompts, greedy, interleaved."""
     from pathlib import Path

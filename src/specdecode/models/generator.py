@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..engine.engine import Engine, EngineConfig
-from ..proposers import PROPOSERS, WITH_DRAFT, DraftModelProposer, HybridProposer, NgramProposer, NoProposer, SuffixProposer
+from ..proposers import DEFAULT_PROPOSER, PROPOSERS, WITH_DRAFT, DraftModelProposer, HybridProposer, NgramProposer, NoProposer, SuffixProposer
 from . import draft_choice, target_choice
 from .backends.hf import parse_dtype
 from .device import on_gpu, resolve_device
@@ -15,7 +15,7 @@ class SpeculativeGenerator(Engine):
     """The engine (engine.Engine), with constructors that load the models."""
 
     @classmethod
-    def from_pretrained(cls, target: str = "auto", draft: str | None = "auto", proposer: str = "hybrid",
+    def from_pretrained(cls, target: str = "auto", draft: str | None = "auto", proposer: str = DEFAULT_PROPOSER,
                         dtype: str = "auto", device: str = "auto", **options) -> "SpeculativeGenerator":
         """Load models by spec ('auto': the default model on the runtime and quantisation measured fastest for
         speculative decoding here (models/target_choice.py, cached); 'default' (torch), a directory, a .gguf
@@ -41,7 +41,7 @@ class SpeculativeGenerator(Engine):
 def load_generator(
     target: str = "auto",
     draft: str | None = "auto",
-    proposer: str = "hybrid",
+    proposer: str = DEFAULT_PROPOSER,
     dtype: str = "auto",
     draft_dtype: str | None = None,
     config: EngineConfig | None = None,
