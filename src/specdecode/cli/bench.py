@@ -34,8 +34,8 @@ def bench(
                                 help="plain,draft,ngram,suffix,hybrid,hybrid-suffix,hf,hf-assisted,hf-pld,"
                                 "llamacpp,llamacpp-pld,llama-server,llama-server-ngram,llama-server-draft,"
                                 "plain-torch,llamacpp-shipped; the default compares our default ("
-                                f"{DEFAULT_PROPOSER} k=auto) and the n-gram proposer with our plain decoding and llama.cpp's own "
-                                "plain loops (llama-cpp-python; llama-server once `make llama-server` built it)"),
+                                f"{DEFAULT_PROPOSER} k=auto) and the n-gram proposer with our plain decoding and "
+                                "llama.cpp's own plain loops (llama-cpp-python; llama-server once `make llama-server` built it)"),
     k: str = typer.Option("auto", "--k", help="comma-separated k values, may include auto (the default's)"),
     temperature: str = typer.Option("0", "--temperature", help="comma-separated, e.g. 0,1"),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens"),

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ..engine.engine import Engine, EngineConfig
-from ..proposers import DEFAULT_PROPOSER, PROPOSERS, WITH_DRAFT, DraftModelProposer, HybridProposer, NgramProposer, NoProposer, SuffixProposer
+from ..proposers import (DEFAULT_PROPOSER, PROPOSERS, WITH_DRAFT, DraftModelProposer, HybridProposer, NgramProposer,
+                         NoProposer, SuffixProposer)
 from . import draft_choice, target_choice
 from .backends.hf import parse_dtype
 from .device import on_gpu, resolve_device
