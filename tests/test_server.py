@@ -156,6 +156,13 @@ def test_chat_streaming_and_not(server):
     ({"prompt": "x", "speculative": {"proposer": "medusa"}}, 400, "proposer"),
     ({"prompt": "x", "speculative": {"proposer": "lookahead"}}, 400, "proposer"),
     ({"prompt": "x", "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools is not supported"),
+    ({"prompt": "x", "skip_special_tokens": False}, 400, "skip_special_tokens=false is not supported"),
+    ({"prompt": "x", "include_stop_str_in_output": True}, 400, "behaves as include_stop_str_in_output=false"),
+    ({"prompt": "x", "repeat_penalty": 1.3}, 400, "repeat_penalty=1.3 is not supported"),
+    ({"prompt": "x", "typical_p": True}, 400, "typical_p=true is not supported"),
+    ({"prompt": "x", "chat_template_kwargs": {"enable_thinking": False}}, 400, "chat_template_kwargs is not supported"),
+    ({"prompt": "x", "reasoning_effort": "high"}, 400, "reasoning_effort is not supported"),
+    ({"prompt": "x", "grammar": "root ::= \"a\""}, 400, "grammar is not supported"),
     ({"prompt": "x", "speculative": {"tree": 99}}, 400, "tree is the node budget per pass"),
     ({"prompt": "x", "speculative": {"tree": 8, "verifier": "block"}}, 400, "walked with the multi-candidate"),
     ({"prompt": "x", "speculative": {"k": -2}}, 400, "k must be"),
@@ -179,8 +186,11 @@ def test_bad_requests_get_clear_4xx_and_the_server_stays_up(server, body, status
 
 def test_fields_that_change_nothing_are_accepted_and_every_proposer_serves(server):
     base, _ = server
+    # vLLM's and llama-server's fields at the value this server behaves as anyway are served.
+    as_served = {"skip_special_tokens": True, "include_stop_str_in_output": False, "typical_p": 1, "mirostat": 0,
+                 "repeat_penalty": 1.0, "chat_template_kwargs": {}}
     for extra in ({"user": "alice", "metadata": {"a": "b"}}, {"response_format": {"type": "text"}},
-                  {"speculative": {"proposer": "hybrid", "k": "auto"}}):
+                  {"speculative": {"proposer": "hybrid", "k": "auto"}}, as_served):
         r = httpx.post(f"{base}/v1/completions", json={"prompt": "abab", "max_tokens": 4, **extra}, timeout=60)
         assert r.status_code == 200, (extra, r.text)
 

@@ -1,8 +1,9 @@
 """The OpenAI request bodies we accept, and how they become engine Requests.
 
-Fields that would change the output and are not implemented (REFUSED, echo) are refused with a 400
-that names them, never silently dropped; other unknown fields, which change nothing a client gets
-(user, metadata, ...), are accepted. Honoured beyond the basics: n, logprobs / top_logprobs,
+Fields that would change the output and are not implemented (REFUSED, echo; AS_SERVED unless they
+hold the value this server behaves as) are refused with a 400 that names them, never silently
+dropped; other unknown fields, which change nothing a client gets (user, metadata, ...), are
+accepted. Honoured beyond the basics: n, logprobs / top_logprobs,
 presence / frequency / repetition penalties, logit_bias, response_format (json_object,
 json_schema) and, as in vLLM, guided_json / guided_regex / guided_choice / guided_grammar or
 structured_outputs {json, regex, choice, grammar}. Extensions, as in vLLM: top_k, min_p,
@@ -12,6 +13,7 @@ override the server's proposer and k for one request.
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, WithJsonSchema, field_validator
@@ -62,6 +64,14 @@ RULES = {
     "echo": "echo is not supported: it must be false or absent",
     "response_format": "response_format.type must be text, json_object or json_schema (with json_schema.schema)",
 }
+
+
+def as_served(value, served: bool | float) -> bool:
+    """Whether a request's value of an AS_SERVED field is what this server does: the same boolean,
+    or the same number (JSON's 1 and 1.0 alike, never a boolean for a number)."""
+    if isinstance(served, bool):
+        return value is served
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == served
 
 
 def describe(errors: list[dict], limit: int = 3) -> str:
@@ -137,7 +147,24 @@ ResponseFormat = Annotated[TextFormat | JsonObjectFormat | JsonSchemaResponseFor
 # output (user, metadata, store, service_tier, parallel_tool_calls without tools, ...) are accepted.
 REFUSED = ("tools", "tool_choice", "functions", "function_call", "prompt_logprobs", "length_penalty", "best_of",
            "use_beam_search", "suffix", "min_tokens", "bad_words", "allowed_token_ids", "prediction", "modalities",
-           "audio", "logits_processors", "guided_decoding_backend", "guided_whitespace_pattern")
+           "audio", "logits_processors", "guided_decoding_backend", "guided_whitespace_pattern",
+           # vLLM and SGLang: the prompt's rendering, other constraints and output shapes
+           "truncate_prompt_tokens", "chat_template", "chat_template_kwargs", "documents", "mm_processor_kwargs",
+           "prompt_embeds", "vllm_xargs", "min_new_tokens", "regex", "ebnf", "json_schema", "structural_tag",
+           "custom_logit_processor",
+           # llama-server's own names and samplers
+           "n_predict", "n_probs", "samplers", "grammar", "t_max_predict_ms",
+           # OpenAI's reasoning and search options
+           "reasoning_effort", "verbosity", "web_search_options")
+# Fields of vLLM, SGLang and llama-server that change the output unless they hold the value this
+# server behaves as anyway: that value is accepted (a client that states the default is served),
+# any other is refused like the fields above.
+AS_SERVED: dict[str, bool | float] = {
+    "skip_special_tokens": True, "spaces_between_special_tokens": True, "include_stop_str_in_output": False,
+    "no_stop_trim": False, "add_generation_prompt": True, "continue_final_message": False,
+    "return_tokens_as_token_ids": False, "typical_p": 1.0, "tfs_z": 1.0, "top_a": 0.0, "repeat_penalty": 1.0,
+    "mirostat": 0, "dynatemp_range": 0.0, "xtc_probability": 0.0, "dry_multiplier": 0.0, "top_n_sigma": -1.0,
+}
 # vLLM's guided_* fields and structured_outputs keys, as constraints.GrammarSpec kinds.
 GUIDED = {"guided_json": "json", "guided_regex": "regex", "guided_choice": "choice", "guided_grammar": "grammar"}
 
@@ -180,6 +207,13 @@ class CommonRequest(BaseModel):
                        "json_schema)" if name in ("tools", "tool_choice", "functions", "function_call") else ""
                 return f"{name} is not supported by this server; it would change the output, so the request is " \
                        f"refused rather than answered without it (see docs/serving.md){hint}"
+        for name, served in AS_SERVED.items():
+            value = (self.model_extra or {}).get(name)
+            if value is not None and not as_served(value, served):
+                return f"{name}={json.dumps(value)} is not supported by this server, which always behaves as " \
+                       f"{name}={json.dumps(served)}; it would change the output, so the request is refused rather " \
+                       f"than answered as if it were {json.dumps(served)} (leave it out or set it to that; see " \
+                       f"docs/serving.md)"
         return None
 
     def top(self) -> int | None:
