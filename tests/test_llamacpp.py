@@ -147,9 +147,22 @@ def test_block_logits_equal_one_by_one_and_rollback_restores(draft_runner):
 
 @needs_llamacpp
 @pytest.mark.realmodel
+def total_variation(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The largest total variation distance between the distributions of matching positions."""
+    return float(0.5 * (a.float().softmax(-1) - b.float().softmax(-1)).abs().sum(-1).max())
+
+
+# How far a row's distributions may move with the pass it is computed in (which rows share it, how
+# its context was cut into passes): llama.cpp sums in another order then, more so with flash
+# attention's blocks over a cache that other rows' cells interleave. Measured up to 0.021 with
+# either attention on this test's tokens; a row reading another's cache moves them far more (the
+# control below).
+ROW_ROUNDING_TV = 0.05
+
+
 def test_rows_are_sequences_of_one_context(draft_runner):
     """Rows sharing a prompt are prefilled once and copied; each row then goes its own way, and a
-    row's logits do not depend on the rows beside it (beyond kernel rounding)."""
+    row's logits do not depend on the rows beside it (beyond the summation order)."""
     r = draft_runner
     prefix = list(range(2000, 2010))
     r.add_rows(prefix, 3)
@@ -161,10 +174,11 @@ def test_rows_are_sequences_of_one_context(draft_runner):
     more = r.forward([[9], [8, 7]])
     r.remove_rows([0, 1])
     for b, feed in enumerate(feeds):
-        alone = logits_of(r, prefix, feed)
-        assert torch.equal(alone.argmax(-1), together[b].argmax(-1)), b
-    assert torch.equal(more[0].argmax(-1), logits_of(r, prefix + [1, 2], [9]).argmax(-1))
-    assert torch.equal(more[1].argmax(-1), logits_of(r, prefix, [8, 7]).argmax(-1))
+        assert total_variation(logits_of(r, prefix, feed), together[b]) < ROW_ROUNDING_TV, b
+    assert total_variation(more[0], logits_of(r, prefix + [1, 2], [9])) < ROW_ROUNDING_TV
+    assert total_variation(more[1], logits_of(r, prefix, [8, 7])) < ROW_ROUNDING_TV
+    # The control: the same token after another row's context is far outside that bound.
+    assert total_variation(more[0], logits_of(r, prefix + [5, 6], [9])) > 4 * ROW_ROUNDING_TV
     with pytest.raises(ValueError, match="at most 4 rows"):
         r.add_rows(prefix, 5)
 

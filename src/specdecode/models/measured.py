@@ -11,12 +11,12 @@ from pathlib import Path
 
 def cache_file(kind: str, parts: list, cache: Path | None = None) -> Path:
     """$SPECDECODE_CACHE/machine/<kind>-<digest>.json for this machine, its llama.cpp build (rebuilt
-    with other kernels, e.g. AMX, it has other costs) and these inputs."""
+    with other kernels, e.g. AMX, it has other costs) and context settings, and these inputs."""
     from .backends import llamacpp
     from .backends.dtype_choice import machine_key
     from .registry import cache_dir
 
-    build = llamacpp.system_info() if llamacpp.available() else None
+    build = [llamacpp.system_info(), {"flash_attn": llamacpp.FLASH_ATTN}] if llamacpp.available() else None
     key = json.dumps([machine_key(), build, *parts], sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return (cache or cache_dir() / "machine") / f"{kind}-{digest}.json"
