@@ -145,8 +145,6 @@ def test_block_logits_equal_one_by_one_and_rollback_restores(draft_runner):
     assert r.rows == 0
 
 
-@needs_llamacpp
-@pytest.mark.realmodel
 def total_variation(a: torch.Tensor, b: torch.Tensor) -> float:
     """The largest total variation distance between the distributions of matching positions."""
     return float(0.5 * (a.float().softmax(-1) - b.float().softmax(-1)).abs().sum(-1).max())
@@ -160,6 +158,8 @@ def total_variation(a: torch.Tensor, b: torch.Tensor) -> float:
 ROW_ROUNDING_TV = 0.05
 
 
+@needs_llamacpp
+@pytest.mark.realmodel
 def test_rows_are_sequences_of_one_context(draft_runner):
     """Rows sharing a prompt are prefilled once and copied; each row then goes its own way, and a
     row's logits do not depend on the rows beside it (beyond the summation order)."""

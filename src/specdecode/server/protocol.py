@@ -3,12 +3,11 @@
 Fields that would change the output and are not implemented (REFUSED, echo; AS_SERVED unless they
 hold the value this server behaves as) are refused with a 400 that names them, never silently
 dropped; other unknown fields, which change nothing a client gets (user, metadata, ...), are
-accepted. Honoured beyond the basics: n, logprobs / top_logprobs,
-presence / frequency / repetition penalties, logit_bias, response_format (json_object,
-json_schema) and, as in vLLM, guided_json / guided_regex / guided_choice / guided_grammar or
-structured_outputs {json, regex, choice, grammar}. Extensions, as in vLLM: top_k, min_p,
-ignore_eos, stop_token_ids, logprobs_mode, and `speculative: {"proposer": ..., "k": ...}` to
-override the server's proposer and k for one request.
+accepted. Honoured beyond the basics: n, logprobs / top_logprobs, presence / frequency / repetition
+penalties, logit_bias, response_format (json_object, json_schema) and, as in vLLM, guided_json /
+guided_regex / guided_choice / guided_grammar or structured_outputs {json, regex, choice, grammar}.
+Extensions, as in vLLM: top_k, min_p, ignore_eos, stop_token_ids, logprobs_mode, and
+`speculative: {"proposer": ..., "k": ...}` to override the server's proposer and k for one request.
 """
 
 from __future__ import annotations
