@@ -47,6 +47,17 @@ def test_temperature_top_k_top_p_min_p():
     assert torch.allclose(p, expected / expected.sum(), atol=1e-6)
 
 
+def test_a_top_p_below_float32s_range_keeps_the_top_token():
+    """top_p = 5e-324 is valid (> 0) but rounds to 0 in float32: the most likely token is kept
+    alone, never a distribution of NaNs. Control: a top_p that is 0 in float32 drops everything
+    without the rule that the first token always stays."""
+    logits = torch.log(torch.tensor([0.1, 0.6, 0.3]))
+    p = probs_from_logits(logits, SamplingParams(temperature=1.0, top_p=5e-324))
+    assert p.tolist() == [0.0, 1.0, 0.0]
+    mass_before = torch.tensor([0.0, 0.6, 0.9])
+    assert bool((mass_before >= 5e-324).all())  # what the rule guards against
+
+
 def test_params_are_frozen_and_lists_become_tuples():
     params = SamplingParams(stop=["a", "b"], stop_token_ids=[3])
     assert params.stop == ("a", "b") and params.stop_token_ids == (3,)

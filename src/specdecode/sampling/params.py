@@ -168,6 +168,8 @@ def probs_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Ten
         mass_before = sorted_probs.cumsum(-1) - sorted_probs
         # Keep the smallest prefix whose mass reaches top_p (the first token is always kept).
         drop_sorted = mass_before >= params.top_p
+        # A top_p below float32's smallest value rounds to 0 here, and 0 >= 0 would drop the first too.
+        drop_sorted[..., 0] = False
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         probs = probs.masked_fill(drop, 0.0)
         probs = probs / probs.sum(-1, keepdim=True)
