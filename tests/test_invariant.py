@@ -122,3 +122,58 @@ def test_invariant_acceptance_of_a_sampled_draft_is_lower_but_real(near_draft_ge
             accepted, drafted = accepted + s["accepted_tokens"], drafted + s["drafted_tokens"]
         rates[sampler] = accepted / drafted
     assert 0.2 < rates["invariant"] < rates["standard"], rates
+
+
+def reference_race(probs, exp):
+    """The race as float64 runs it over the whole vocabulary."""
+    return int((probs.double() / exp[: probs.shape[-1]]).argmax())
+
+
+def test_the_quick_race_picks_the_float64_winner():
+    """race_argmax runs float32 over the vocabulary and float64 over the leaders only: it must pick
+    exactly the token the float64 race over everything picks, ties and zeros included."""
+    gen = torch.Generator().manual_seed(0)
+    cases = 0
+    for trial in range(400):
+        width = 50_000 if trial % 4 else 257
+        logits = torch.randn(width, generator=gen) * float(torch.rand(1, generator=gen) * 12)
+        probs = torch.softmax(logits, -1)
+        if trial % 3 == 0:
+            probs[torch.rand(width, generator=gen) < 0.5] = 0.0  # a top-k/top-p cut
+        noise = invariant.RaceNoise.of(invariant.exponentials(trial, trial % 7, width + 5))
+        if trial % 5 == 0:
+            # An exact float64 tie between the winner and a later token: the first index wins.
+            w = reference_race(probs, noise.exp)
+            other = (w + 1 + trial) % width
+            exp = noise.exp.clone()
+            probs[other] = probs[w]
+            exp[other] = exp[w]
+            noise = invariant.RaceNoise.of(exp)
+        assert invariant.race_argmax(probs, noise) == reference_race(probs, noise.exp)
+        cases += 1
+    assert cases == 400
+    # A distribution with a NaN (an overflowing penalty upstream) is raced as float64 races it.
+    probs = torch.softmax(torch.randn(300, generator=gen), -1)
+    probs[17] = float("nan")
+    noise = invariant.RaceNoise.of(invariant.exponentials(0, 0, 300))
+    assert invariant.race_argmax(probs, noise) == reference_race(probs, noise.exp)
+
+
+def test_control_a_float32_race_alone_is_caught():
+    """The comparison above can fail: near-ties that float32 rounds the other way are built here, and
+    a race in float32 alone gets some of them wrong."""
+    wrong = 0
+    for trial in range(200):
+        width = 1000
+        exp = invariant.exponentials(trial, 0, width)
+        probs = torch.full((width,), 1e-6)
+        a, b = 3, 700
+        probs[a] = 0.4
+        # b's exact value p_b / E_b sits 1e-8 (relative) from a's: below float32's resolution.
+        target = (probs[a].double() / exp[a]) * (1 + (1e-8 if trial % 2 else -1e-8))
+        probs[b] = float(target * exp[b])
+        probs = probs.float()
+        f32 = int((probs * exp.reciprocal().float()).argmax())
+        wrong += f32 != reference_race(probs, exp)
+        assert invariant.race_argmax(probs, invariant.RaceNoise.of(exp)) == reference_race(probs, exp)
+    assert wrong > 0

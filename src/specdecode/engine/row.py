@@ -9,7 +9,7 @@ import torch
 
 from ..policy.costs import AcceptanceTracker
 from ..sampling.constraints import Grammar, PenaltyCounts, apply_logit_bias, apply_mask
-from ..verification.invariant import exponentials
+from ..verification.invariant import RaceNoise, exponentials
 from ..verification.tree import path_to
 from .request import Request
 from .textstream import TextStream
@@ -38,7 +38,7 @@ class Row:
         if sampler == "invariant" and not params.greedy:
             self.noise_seed = params.seed if params.seed is not None else \
                 int(torch.randint(0, 2**62, (1,), generator=self.generator))
-        self._noise: dict[int, torch.Tensor] = {}
+        self._noise: dict[int, RaceNoise] = {}
         self.stop_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else eos_ids)
         self.acceptance = acceptance  # recent acceptance, for the load policy
         self.auto = None  # policy/auto_k.SourceChoice under k="auto"
@@ -56,11 +56,11 @@ class Row:
     def invariant(self) -> bool:
         return self.noise_seed is not None
 
-    def noise(self, position: int) -> torch.Tensor:
+    def noise(self, position: int) -> RaceNoise:
         """The race noise (verification/invariant.py) of an absolute position of this sequence (kept
         while it may be needed)."""
         if position not in self._noise:
-            self._noise[position] = exponentials(self.noise_seed, position, self.vocab)
+            self._noise[position] = RaceNoise.of(exponentials(self.noise_seed, position, self.vocab))
         return self._noise[position]
 
     @property

@@ -8,6 +8,7 @@ from typing import Protocol
 import torch
 
 from ..sampling.params import SamplingParams
+from ..verification.invariant import RaceNoise
 from ..verification.tree import chain_length, depths
 
 
@@ -26,7 +27,7 @@ class Row(Protocol):
 
     shaped: bool  # its logits depend on the text so far (penalties, logit bias, a grammar)
 
-    def noise(self, position: int) -> torch.Tensor:
+    def noise(self, position: int) -> RaceNoise:
         """The shared race noise of an absolute position (invariant rows only; verification/invariant.py)."""
 
     def shape_at(self, logits: torch.Tensor, extra: list[int]) -> torch.Tensor:

@@ -8,7 +8,7 @@ import torch
 
 from ..models.backends.base import Runner
 from ..policy.knobs import TreeKnobs
-from ..verification.invariant import race_argmax
+from ..verification.invariant import RaceNoise, race_argmax
 from ..sampling.params import SamplingParams, argmax_ids, pad_vocab, probs_from_logits, sample_from
 from .base import Proposal
 
@@ -175,7 +175,7 @@ class _DraftRow:
 
 
 def next_draft(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None, target_vocab: int,
-               min_confidence: float = 0.0, noise: torch.Tensor | None = None) -> tuple[int, torch.Tensor | None, bool]:
+               min_confidence: float = 0.0, noise: RaceNoise | None = None) -> tuple[int, torch.Tensor | None, bool]:
     """The next drafted token from the draft's logits [V], the q it was drawn from (None when
     greedy: q is then one-hot), and whether to draft on after it: the draft's top probability at
     this position (at temperature 1) is at least min_confidence.
