@@ -412,8 +412,25 @@ def test_new_rows_start_from_the_proposers_pooled_acceptance(small_draft_gen, mo
         generate_batch(engine, [Request(list(p), SamplingParams(max_new_tokens=12, ignore_eos=True), k=4,
                                              proposer="draft") for p in PROMPTS])
         assert engine.pooled("draft").rate < 0.3  # a random small draft is mostly rejected
-        assert "ngram3" not in engine.pooled_acceptance  # no lookup ran: nothing learnt
+        assert not any(source == "ngram3" for source, _ in engine.pooled_acceptance)  # no lookup ran: nothing learnt
         assert engine.pooled("ngram3").rate == 0.5  # a new source starts from the prior
+
+
+def test_greedy_and_sampled_requests_pool_their_acceptance_apart(small_draft_gen, monkeypatch):
+    """Sampled requests learn the sampled pool only: a greedy request after them starts from the
+    greedy pool's prior, a sampled one from what the sampled ones learnt."""
+    monkeypatch.setattr(small_draft_gen, "pooled_acceptance", {})
+    with engine_with(small_draft_gen, max_batch=4, load_policy=False) as engine:
+        generate_batch(engine, [Request(list(p), SamplingParams(max_new_tokens=12, temperature=1.0, seed=i,
+                                                                ignore_eos=True), k=4, proposer="draft")
+                                for i, p in enumerate(PROMPTS)])
+        weight = engine.config.acceptance.prior_weight
+        sampled_pool, greedy_pool = engine.pooled("draft", sampled=True), engine.pooled("draft", sampled=False)
+        assert sampled_pool.judged[0] > weight + 5  # the control: the sampled requests' drafts were counted
+        assert greedy_pool.judged[0] == weight and greedy_pool.rate == 0.5  # the greedy pool is still the prior
+        greedy = engine.row_acceptance("draft", sampled=False).conditional[0]
+        sampled = engine.row_acceptance("draft", sampled=True).conditional[0]
+        assert greedy == pytest.approx(0.5) and sampled == pytest.approx(engine.pooled("draft", True).conditional[0])
 
 
 def test_draft_rows_join_late_and_rejoin_after_a_long_pause(small_draft_gen, monkeypatch):

@@ -128,9 +128,11 @@ def test_the_chosen_drafts_measured_agreement_is_its_acceptance_before_any_pass(
                                        "e": {"greedy": 0.9, "sampled": 0.9, "draft_ms": 40.0}}}
     gen = SimpleNamespace(source_priors={}, pooled_acceptance={}, config=EngineConfig())
     seed_draft_prior(gen, drafts)
-    assert gen.source_priors == {"draft": 0.76}  # the chosen one's, the lower of greedy and T = 1
+    # The chosen one's: greedy requests start from its greedy agreement, sampled ones from T = 1's.
+    assert gen.source_priors == {("draft", False): 0.77, ("draft", True): 0.76}
     seeded = Engine.pooled(gen, "draft")
-    assert seeded.conditional[0] == pytest.approx(0.76)
+    assert seeded.conditional[0] == pytest.approx(0.77)
+    assert Engine.pooled(gen, "draft", True).conditional[0] == pytest.approx(0.76)
     assert Engine.pooled(gen, "ngram3").conditional[0] == pytest.approx(EngineConfig().acceptance.prior)
     verify = CostCurve({1: 0.041, 2: 0.048, 3: 0.051, 4: 0.056})
     assert AdaptiveK().best(0.014, verify, seeded)[0] > 0
@@ -156,7 +158,7 @@ def test_a_measured_prior_outweighs_a_few_early_rejections():
     config = EngineConfig()
 
     def after_three_rejections(weight):
-        gen = SimpleNamespace(source_priors={"draft": 0.74}, pooled_acceptance={},
+        gen = SimpleNamespace(source_priors={("draft", False): 0.74}, pooled_acceptance={},
                               config=dataclasses.replace(config, acceptance=dataclasses.replace(
                                   config.acceptance, measured_prior_weight=weight)))
         pooled = Engine.pooled(gen, "draft")
@@ -219,7 +221,7 @@ def test_a_named_draft_measured_beside_the_target_is_priced_like_auto_s_pick(tar
     assert found["choice"] == "fast" and found["verify_ms"] == curve(30, 32, 35)
     gen = SimpleNamespace(source_priors={}, pooled_acceptance={}, config=EngineConfig())
     seed_draft_prior(gen, found)
-    assert gen.source_priors == {"draft": 0.6}  # the named draft's, not the pick's 0.8
+    assert gen.source_priors == {("draft", False): 0.7, ("draft", True): 0.6}  # the named draft's, not the pick's
     assert draft_measurements("target-spec", target_model, tok, "unmeasured", "bfloat16") is None
     assert draft_measurements("another-target", target_model, tok, "fast", "bfloat16") is None
     assert draft_measurements("target-spec", target_model, tok, "fast", "float32") is None

@@ -70,10 +70,12 @@ class Engine(Scheduler):
         # Learnt from every pass of every request, so a new request starts from what this machine
         # and these models really cost, and from how well each source has been doing lately.
         self.pass_costs = PassCosts()
-        self.pooled_acceptance: dict[str, AcceptanceTracker] = {}
+        # Keyed by (source, sampled): see pooled().
+        self.pooled_acceptance: dict[tuple[str, bool], AcceptanceTracker] = {}
         # A source's acceptance before any pass has judged it, where it was measured (the draft
-        # model's agreement with the target when --draft auto chose it); the knob's prior elsewhere.
-        self.source_priors: dict[str, float] = {}
+        # model's agreement with the target when --draft auto chose it, greedy and at T = 1); the
+        # knob's prior elsewhere.
+        self.source_priors: dict[tuple[str, bool], float] = {}
         self.policy = LoadPolicy(self.pass_costs, enabled=self.config.load_policy, knobs=self.config.load_cap)
         self.verifier = Verifier(self.config.reject, self.config.tree_residual)
         self._branch_like(self.config)
@@ -249,7 +251,7 @@ class Engine(Scheduler):
         for r, plan, p, v in zip(rows, plans, proposals, verdicts):
             # A tree counts by depth: position j is reached when its path got to depth j.
             drafted = p.levels
-            self.pooled(p.source).update(drafted, v.accepted, v.chances)
+            self.pooled(p.source, r.sampled).update(drafted, v.accepted, v.chances)
             r.acceptance.update(drafted, v.accepted, v.chances)
             if r.auto is not None and drafted:
                 r.auto.update(p.source if p.source in r.auto.rules else plan.source, drafted, v.accepted, v.chances)
@@ -279,29 +281,34 @@ class Engine(Scheduler):
 
     # -- learnt state ----------------------------------------------------------------------------
 
-    def pooled(self, source: str) -> AcceptanceTracker:
-        """A source's acceptance over all recent requests (the prior of a new request's own)."""
-        tracker = self.pooled_acceptance.get(source)
+    def pooled(self, source: str, sampled: bool = False) -> AcceptanceTracker:
+        """A source's acceptance over recent requests of one kind, greedy or sampled (the prior of
+        a new request's own). The two kinds are kept apart because their acceptance differs by
+        rule, not by chance: a greedy draft is accepted where the argmaxes agree, a sampled one with
+        chance min(1, p/q), and a lookup's token with the target's probability of it. A server
+        with both kinds of traffic would otherwise start each request from the mix of the two."""
+        key = (source, sampled)
+        tracker = self.pooled_acceptance.get(key)
         if tracker is None:  # built only when missing: this runs every step
             a = self.config.acceptance
-            measured = source in self.source_priors
-            tracker = self.pooled_acceptance[source] = AcceptanceTracker(
-                self.source_priors[source] if measured else a.prior,
+            measured = key in self.source_priors
+            tracker = self.pooled_acceptance[key] = AcceptanceTracker(
+                self.source_priors[key] if measured else a.prior,
                 a.measured_prior_weight if measured else a.prior_weight, a.pooled_decay)
         return tracker
 
-    def row_acceptance(self, source: str) -> AcceptanceTracker:
+    def row_acceptance(self, source: str, sampled: bool = False) -> AcceptanceTracker:
         """A new request's own acceptance for a source, starting from the source's pooled one."""
         a = self.config.acceptance
-        return AcceptanceTracker(self.pooled(source).conditional, a.prior_weight, a.row_decay)
+        return AcceptanceTracker(self.pooled(source, sampled).conditional, a.prior_weight, a.row_decay)
 
-    def _auto_k(self, sources: tuple[str, ...]) -> SourceChoice:
+    def _auto_k(self, sources: tuple[str, ...], sampled: bool = False) -> SourceChoice:
         """A k="auto" request's rules, one per source, starting from the source's pooled acceptance."""
         knobs = self.config.auto_k
         return SourceChoice({source: AdaptiveK(
             k_max=knobs.k_max, k=min(knobs.k_start, knobs.k_max), min_confidence=knobs.min_confidence,
             grow=knobs.grow_after_full_block, shrink=knobs.shrink_after_rejection,
-            acceptance=self.row_acceptance(source)) for source in sources},
+            acceptance=self.row_acceptance(source, sampled)) for source in sources},
             probe_every=knobs.probe_every_off_passes, optimism=knobs.probe_optimism)
 
     def calibrate(self) -> None:

@@ -53,6 +53,11 @@ class Row:
         self.stream = TextStream(tokenizer, params.stop, on_token)
 
     @property
+    def sampled(self) -> bool:
+        """Sampled, not greedy: which of its proposers' pooled acceptances it learns from."""
+        return not self.params.greedy
+
+    @property
     def invariant(self) -> bool:
         return self.noise_seed is not None
 

@@ -109,12 +109,13 @@ class Scheduler:
         rows = []
         for req in group:
             proposer = self.get_proposer(req.proposer)
-            row = Row(req, self.tokenizer, self.eos_token_ids, self.row_acceptance(proposer.sources[0]),
+            sampled = not req.params.greedy
+            row = Row(req, self.tokenizer, self.eos_token_ids, self.row_acceptance(proposer.sources[0], sampled),
                       self.target.vocab_size, not proposer.uses_draft_model,
                       self.grammars().compile(req.grammar) if req.grammar is not None else None,
                       req.proposer or self.default_proposer)
             if req.k == "auto":
-                row.auto = self._auto_k(proposer.sources)
+                row.auto = self._auto_k(proposer.sources, sampled)
             rows.append(row)
         # Everything but the last prompt token is prefilled: the first pass feeds that one with the
         # first drafts, so every emitted token, the first included, goes through the same rejection step.

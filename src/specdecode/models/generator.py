@@ -132,12 +132,13 @@ def seed_costs(costs, target_found: dict | None, draft_found: dict | None) -> No
 
 def seed_draft_prior(gen, draft_found: dict | None) -> None:
     """Start the draft model's acceptance from its agreement with the target that --draft auto
-    measured on the calibration text (the lower of greedy and T = 1), instead of the knob's prior.
-    With the prior alone a good draft could look as if it never paid: k=auto then never drafted
-    from it or caught it up, and never learnt better."""
+    measured on the calibration text (greedy requests from the greedy agreement, sampled ones from
+    the T = 1 one), instead of the knob's prior. With the prior alone a good draft could look as if
+    it never paid: k=auto then never drafted from it or caught it up, and never learnt better."""
     row = chosen(draft_found)
     if row:
-        gen.source_priors["draft"] = min(row["greedy"], row["sampled"])
+        gen.source_priors[("draft", False)] = row["greedy"]
+        gen.source_priors[("draft", True)] = row["sampled"]
 
 
 def choose_target(dtype: str, device: str = "cpu") -> dict:
