@@ -430,7 +430,7 @@ def test_greedy_and_sampled_requests_pool_their_acceptance_apart(small_draft_gen
         assert greedy_pool.judged[0] == weight and greedy_pool.rate == 0.5  # the greedy pool is still the prior
         greedy = engine.row_acceptance("draft", sampled=False).conditional[0]
         sampled = engine.row_acceptance("draft", sampled=True).conditional[0]
-        assert greedy == pytest.approx(0.5) and sampled == pytest.approx(engine.pooled("draft", True).conditional[0])
+        assert greedy == pytest.approx(0.5) and sampled == pytest.approx(sampled_pool.conditional[0])
 
 
 def test_draft_rows_join_late_and_rejoin_after_a_long_pause(small_draft_gen, monkeypatch):
