@@ -37,8 +37,8 @@ LLAMA_VERSION := $(shell sed -n 's/.*"llama-cpp-python\(\[[a-z,]*\]\)\{0,1\}==\(
 # - make/llama-cpp-repack-rows.patch: without AMX, llama.cpp runs Q4_0 passes of 2-3 tokens row by row
 #   and of 4 or more with a per-row sign trick, so a few tokens cost several one-token passes; the patch
 #   repacks Q4_0 and Q6_K (the output layer) sixteen columns a block and multiplies each unpacked block
-#   into up to eight rows with AVX512-VNNI where the build has AVX512 BW and VNNI; on a build with AVX2
-#   alone, Q4_0 only, with AVX2 (docs/backends.md, "Passes of a few tokens on AVX-512" and "... on AVX2").
+#   into up to eight rows with AVX512-VNNI where the build has AVX512 BW and VNNI, with AVX2 elsewhere
+#   (docs/backends.md, "Passes of a few tokens on AVX-512" and "... on AVX2").
 # - make/llama-cpp-amx-rows.patch, AMX builds only: llama.cpp sends every pass of two tokens or more
 #   through its tile kernel, which at a few rows costs nearly twice a one-token pass; the patch runs
 #   passes of 2-8 tokens against Q4_0, Q8_0 and Q6_K weights with VNNI, reading the weights once

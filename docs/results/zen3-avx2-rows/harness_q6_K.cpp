@@ -1,5 +1,5 @@
 // Standalone check and timing of AVX2 Q6_K x16 rows kernels: the AVX-512 build's nibble layout ported to
-// AVX2 (gemm) and the byte layout the patch ships for AVX2 (gemm_u8), against llama.cpp's one-row dot product.
+// AVX2 and the byte layout the patch ships for AVX2 (gemm<specdecode_q6_Kx16u8>), against llama.cpp's one-row dot product.
 #include <immintrin.h>
 #include <cstdint>
 #include <cstdio>
@@ -66,7 +66,7 @@ static void q6_K_make_x16u8(const block_q6_K * in, specdecode_q6_Kx16u8 & out) {
 }
 
 template <int ROWS>
-static inline void q6_Kx16u8_rows(int nb, const specdecode_q6_Kx16u8 * w, const block_q8_K * a, float * s, size_t bs) {
+static inline void q6_Kx16_rows(int nb, const specdecode_q6_Kx16u8 * w, const block_q8_K * a, float * s, size_t bs) {
     for (int h = 0; h < 2; ++h) {
         __m256 acc[ROWS];
         for (int r = 0; r < ROWS; ++r) acc[r] = _mm256_setzero_ps();
@@ -106,29 +106,6 @@ static inline void q6_Kx16u8_rows(int nb, const specdecode_q6_Kx16u8 * w, const 
                 acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_mul_ps(dcol, _mm256_set1_ps(a[r * nb + b].d)), acc[r]);
         }
         for (int r = 0; r < ROWS; ++r) _mm256_storeu_ps(s + r * bs + 8 * h, acc[r]);
-    }
-}
-
-static void gemm_u8(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    const int nb = n / QK_K;
-    const specdecode_q6_Kx16u8 * w = (const specdecode_q6_Kx16u8 *) vx;
-    const block_q8_K * a = (const block_q8_K *) vy;
-    for (int r0 = 0; r0 < nr; r0 += 8) {
-        const block_q8_K * ar = a + (size_t) r0 * nb;
-        for (int x = 0; x < nc; x += 16) {
-            const specdecode_q6_Kx16u8 * wx = w + (size_t) (x / 16) * nb;
-            float * out = s + (size_t) r0 * bs + x;
-            switch (nr - r0 < 8 ? nr - r0 : 8) {
-                case 1: q6_Kx16u8_rows<1>(nb, wx, ar, out, bs); break;
-                case 2: q6_Kx16u8_rows<2>(nb, wx, ar, out, bs); break;
-                case 3: q6_Kx16u8_rows<3>(nb, wx, ar, out, bs); break;
-                case 4: q6_Kx16u8_rows<4>(nb, wx, ar, out, bs); break;
-                case 5: q6_Kx16u8_rows<5>(nb, wx, ar, out, bs); break;
-                case 6: q6_Kx16u8_rows<6>(nb, wx, ar, out, bs); break;
-                case 7: q6_Kx16u8_rows<7>(nb, wx, ar, out, bs); break;
-                default: q6_Kx16u8_rows<8>(nb, wx, ar, out, bs); break;
-            }
-        }
     }
 }
 
@@ -205,14 +182,16 @@ static inline void q6_Kx16_rows(int nb, const specdecode_q6_Kx16 * w, const bloc
     }
 }
 
+// Either layout: W picks the q6_Kx16_rows overload.
+template <typename W>
 static void gemm(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
     const int nb = n / QK_K;
-    const specdecode_q6_Kx16 * w = (const specdecode_q6_Kx16 *) vx;
+    const W * w = (const W *) vx;
     const block_q8_K * a = (const block_q8_K *) vy;
     for (int r0 = 0; r0 < nr; r0 += 8) {
         const block_q8_K * ar = a + (size_t) r0 * nb;
         for (int x = 0; x < nc; x += 16) {
-            const specdecode_q6_Kx16 * wx = w + (size_t) (x / 16) * nb;
+            const W * wx = w + (size_t) (x / 16) * nb;
             float * out = s + (size_t) r0 * bs + x;
             switch (nr - r0 < 8 ? nr - r0 : 8) {
                 case 1: q6_Kx16_rows<1>(nb, wx, ar, out, bs); break;
@@ -279,7 +258,7 @@ int main(int argc, char ** argv) {
     std::vector<float> out((size_t) maxr * nc);
     for (int nr = 1; nr <= maxr; ++nr) {
         std::fill(out.begin(), out.end(), NAN);
-        gemm(n, out.data(), nc, R.data(), A.data(), nr, nc);
+        gemm<specdecode_q6_Kx16>(n, out.data(), nc, R.data(), A.data(), nr, nc);
         for (size_t i = 0; i < (size_t) nr * nc; ++i)
             if (memcmp(&out[i], &ref[i], 4) != 0) { printf("MISMATCH nr=%d i=%zu %g %g\n", nr, i, out[i], ref[i]); return 1; }
     }
@@ -293,7 +272,7 @@ int main(int argc, char ** argv) {
         }
     for (int nr = 1; nr <= maxr; ++nr) {
         std::fill(out.begin(), out.end(), NAN);
-        gemm_u8(n, out.data(), nc, U.data(), A.data(), nr, nc);
+        gemm<specdecode_q6_Kx16u8>(n, out.data(), nc, U.data(), A.data(), nr, nc);
         for (size_t i = 0; i < (size_t) nr * nc; ++i)
             if (memcmp(&out[i], &ref[i], 4) != 0) { printf("U8 MISMATCH nr=%d i=%zu %g %g\n", nr, i, out[i], ref[i]); return 1; }
     }
@@ -302,7 +281,7 @@ int main(int argc, char ** argv) {
         double b2 = 1e9;
         for (int it = 0; it < 20; ++it) {
             auto t0 = std::chrono::steady_clock::now();
-            gemm_u8(n, out.data(), nc, U.data(), A.data(), nr, nc);
+            gemm<specdecode_q6_Kx16u8>(n, out.data(), nc, U.data(), A.data(), nr, nc);
             b2 = std::min(b2, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
         }
         printf("u8 rows %d: %.3f ms\n", nr, b2);
@@ -325,7 +304,7 @@ int main(int argc, char ** argv) {
         double b2 = 1e9;
         for (int it = 0; it < 20; ++it) {
             auto t0 = std::chrono::steady_clock::now();
-            gemm(n, out.data(), nc, R.data(), A.data(), nr, nc);
+            gemm<specdecode_q6_Kx16>(n, out.data(), nc, R.data(), A.data(), nr, nc);
             b2 = std::min(b2, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
         }
         printf("rows %d: %.3f ms\n", nr, b2);
