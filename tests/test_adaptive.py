@@ -129,8 +129,8 @@ def test_choice_follows_the_costs_and_probes_while_off():
     costs.observe("draft", drafted=4, draft_s=0.2, width=5, verify_s=0.1)
     costs.observe("draft", drafted=0, draft_s=0.0, width=1, verify_s=0.1)
     assert costs.per_draft["draft"] == 0.05
-    for _ in range(20):
-        auto.update("draft", drafted=8, accepted=8)  # high acceptance, but each draft costs half a pass
+    for i in range(20):  # high acceptance (every fourth pass rejects the sixth draft), but each draft costs half a pass
+        auto.update("draft", drafted=8, accepted=(8, 8, 8, 5)[i % 4])
     best = c.best_by_cost(0.05, costs.verify, c.acceptance)
     assert c.acceptance.rate > 0.9 and 1 < best < 8 and auto.choose(costs, {"draft": 8}) == ("draft", best)
     c.k = 1  # once costs are known the cost rule decides, not the controller's allowance
@@ -161,6 +161,30 @@ def test_choice_between_sources_follows_their_acceptance_and_cost():
     # A source whose cost is not measured yet drafts at its controller's allowance, to be measured.
     del costs.per_draft["draft"]
     assert auto.choose(costs, {"ngram": 0, "draft": 8}) == ("draft", model.k)
+
+
+def test_a_lookup_right_at_every_position_it_drafted_is_tried_deeper():
+    """What k=auto does not draft it never judges. A lookup accepted at both positions it drafted
+    must not be held at k = 2 by the flat prior of the positions after (CPU-like costs: each token
+    of the verify pass adds a fifth of a one-token pass); the row, started from the pooled tracker,
+    borrows likewise. The control, the same counts read with a flat prior at every position, stays
+    at 2: the test can fail."""
+    from specdecode.policy.costs import best_k, pass_seconds
+
+    verify = CostCurve({1: 0.040, 2: 0.049, 3: 0.056, 4: 0.069, 5: 0.081, 7: 0.104, 9: 0.130})
+    pooled, flat = AcceptanceTracker(), AcceptanceTracker(borrows=[False] * 32)  # the control: none borrows
+    for _ in range(30):
+        pooled.update(2, 2)
+        flat.update(2, 2)
+    row = AcceptanceTracker(pooled.conditional, borrows=pooled.unjudged)
+    rule = AdaptiveK(k_max=8)
+    assert rule.best(0.0005, verify, pooled)[0] > 2 and rule.best(0.0005, verify, row)[0] > 2
+    assert rule.best(0.0005, verify, flat)[0] == 2
+    # What a deeper pass then judges takes over: rejected at the third position, back to 2.
+    for _ in range(30):
+        row.update(4, 2)
+    assert row.conditional[2] < 0.2 and rule.best(0.0005, verify, row)[0] == 2
+    assert best_k(row.expected_tokens, lambda k: pass_seconds(verify, 0.0005, k), 8)[0] == 2
 
 
 def test_auto_with_an_expensive_draft_drafts_only_probes(twin_gen):

@@ -300,7 +300,8 @@ class Engine(Scheduler):
     def row_acceptance(self, source: str, sampled: bool = False) -> AcceptanceTracker:
         """A new request's own acceptance for a source, starting from the source's pooled one."""
         a = self.config.acceptance
-        return AcceptanceTracker(self.pooled(source, sampled).conditional, a.prior_weight, a.row_decay)
+        pooled = self.pooled(source, sampled)
+        return AcceptanceTracker(pooled.conditional, a.prior_weight, a.row_decay, borrows=pooled.unjudged)
 
     def _auto_k(self, sources: tuple[str, ...], sampled: bool = False) -> SourceChoice:
         """A k="auto" request's rules, one per source, starting from the source's pooled acceptance."""

@@ -219,13 +219,29 @@ class AcceptanceTracker:
     at the first position most of the time, yet once the first one matches the next ones usually
     do too, and that is what makes long n-gram drafts pay. Counts are exponentially decayed so that
     they follow the text as it changes; a position decays only when it is judged, so positions a
-    row seldom reaches keep what is known of them (the prior: the proposer's pooled acceptance)."""
+    row seldom reaches keep what is known of them (the prior: the proposer's pooled acceptance).
+
+    A position with no prior of its own (a flat prior, or one the pooled tracker never judged)
+    borrows the position before it: its prior is the larger of the flat one and c_(j-1), and its
+    own counts take over as it is judged. Absent evidence, a draft that has been right so far is
+    taken to go on being right: what k=auto does not draft it never judges, so with a flat prior
+    at the deeper positions a lookup accepted 96% of the time at the first two would be held at
+    k = 2 for good, however long its matches."""
 
     def __init__(self, prior: float | Sequence[float] = AcceptanceKnobs.prior, weight: float = AcceptanceKnobs.prior_weight,
                  decay: float = AcceptanceKnobs.row_decay,
-                 positions: int = 32):
-        self.accepted = np.broadcast_to(np.asarray(prior, dtype=float), (positions,)) * weight
+                 positions: int = 32, borrows: Sequence[bool] | None = None):
+        """borrows: the positions whose prior is no prior of their own (see the class); by default
+        every position after the first of a flat prior, none of a prior given by position."""
+        self.prior = np.array(np.broadcast_to(np.asarray(prior, dtype=float), (positions,)))
+        self.accepted = self.prior * weight
         self.judged = np.full(positions, float(weight))
+        self.prior_left = self.judged.copy()  # how much of the judged weight is still the prior's
+        if borrows is None:
+            borrows = np.arange(positions) > 0 if np.ndim(prior) == 0 else np.zeros(positions, dtype=bool)
+        self.borrows = np.array(borrows, dtype=bool)
+        self.borrows[0] = False
+        self._conditional: np.ndarray | None = None  # read many times a step, changed once a pass
         self.decay = decay
         # All positions together, decayed every pass: the recent average rate (`rate`; tests and
         # reports read it, the policies use the per-position counts).
@@ -252,13 +268,29 @@ class AcceptanceTracker:
         fade = self.decay ** reach
         self.accepted[:n] = self.accepted[:n] * fade + passed
         self.judged[:n] = self.judged[:n] * fade + reach
+        self.prior_left[:n] *= fade
+        self._conditional = None
         self.overall = [self.decay * self.overall[0] + float(passed.sum()),
                         self.decay * self.overall[1] + float(reach.sum())]
 
     @property
     def conditional(self) -> np.ndarray:
         """c_j for every position j (0-based)."""
-        return np.divide(self.accepted, self.judged, out=np.zeros_like(self.accepted), where=self.judged > 0)
+        if self._conditional is not None:
+            return self._conditional
+        c = np.divide(self.accepted, self.judged, out=np.zeros_like(self.accepted), where=self.judged > 0)
+        for j in np.flatnonzero(self.borrows):
+            lift = c[j - 1] - self.prior[j]
+            if lift > 0:  # the prior's share of the counts moves up to the position before
+                c[j] += self.prior_left[j] * lift / self.judged[j]
+        c.flags.writeable = False
+        self._conditional = c
+        return c
+
+    @property
+    def unjudged(self) -> np.ndarray:
+        """The positions with less than one judged draft of evidence (the rest is the prior)."""
+        return self.judged - self.prior_left < 1.0
 
     def expected_tokens(self, k: int) -> float:
         return expected_tokens(self.conditional, k)
@@ -267,7 +299,7 @@ class AcceptanceTracker:
         """The same counts read at the top of their plausible range: each c_j at Wilson's upper
         bound, z standard deviations up. Little evidence leaves it high, much evidence near c_j."""
         n = np.maximum(self.judged, 1e-9)
-        c = np.clip(self.accepted / n, 0.0, 1.0)
+        c = np.clip(self.conditional, 0.0, 1.0)
         spread = z * np.sqrt(c * (1 - c) / n + z * z / (4 * n * n))
         return AcceptanceBound(np.minimum(1.0, (c + z * z / (2 * n) + spread) / (1 + z * z / n)))
 
