@@ -295,6 +295,32 @@ def test_a_long_catch_up_is_priced_at_what_long_ones_cost_not_at_short_ones_rate
     assert catch_up_pays(flat, row, 2, remaining=64)
 
 
+def test_a_draft_behind_on_the_prompt_is_caught_up_on_its_plausible_acceptance_not_its_mean():
+    """A draft seeded at the calibration text's agreement (73%, counted as 16 drafts) that does 90% on
+    greedy code: weighed at its mean the prompt's catch-up never pays, so it never drafts and its
+    prior is never corrected (the control, catch_up_optimism = 0). Weighed one deviation up it is
+    caught up; with the same 73% known from 200 drafts the range has narrowed and it is not."""
+    from types import SimpleNamespace
+
+    from specdecode.engine.step_plan import lone_catch_up_pays
+    from specdecode.policy.auto_k import AdaptiveK
+
+    # Zen 3 with the AVX2 rows kernels: Q4_0 target by width, the 0.5B draft's token, its prefill.
+    costs = costs_of(CostCurve({1: 0.0405, 2: 0.0486, 3: 0.0562, 4: 0.0693, 5: 0.0814}), CostCurve({1: 0.0167}))
+    costs.observe_catch_up(83, 0.25)
+
+    def row(judged: float):
+        rule = AdaptiveK(acceptance=AcceptanceTracker(0.73, weight=judged))
+        return SimpleNamespace(auto=SimpleNamespace(rules={"draft": rule}),
+                               params=SamplingParams(max_new_tokens=64), request=SimpleNamespace(generated=[0, 0]))
+
+    seeded, known = row(16.0), row(200.0)
+    assert lone_catch_up_pays(seeded, costs, 83, 8, LoadCapKnobs())
+    assert not lone_catch_up_pays(seeded, costs, 83, 8, LoadCapKnobs(catch_up_optimism=0.0))
+    assert not lone_catch_up_pays(known, costs, 83, 8, LoadCapKnobs())
+    assert lone_catch_up_pays(seeded, costs, 2, 8, LoadCapKnobs(catch_up_optimism=0.0))  # two tokens: no catch-up
+
+
 def test_a_probe_skips_rows_whose_draft_model_is_far_behind(small_draft_gen, monkeypatch):
     with engine_with(small_draft_gen, max_batch=4) as engine:
         real = engine.policy.cap
@@ -483,11 +509,13 @@ def test_a_row_alone_whose_draft_catch_up_does_not_pay_drafts_from_its_lookup():
             return {"ngram3": 3, "draft": k}
 
         def behind(self, row):
-            return 400
+            return 800
 
     costs = costs_of(CostCurve({1: 0.10, 9: 0.11}), CostCurve({1: 0.01}))
     costs.per_draft = {"ngram3": 0.0, "draft": 0.01}
-    costs.observe_catch_up(128, 0.128)  # 0.4 s to catch 400 tokens up
+    # 0.8 s to catch 800 tokens up: more than the 6 tokens left take plainly (0.6 s), so no
+    # acceptance, however hoped for, repays it.
+    costs.observe_catch_up(128, 0.128)
     from specdecode.engine.row import Row
 
     row = Row(Request([1, 2, 3], SamplingParams(max_new_tokens=6), k="auto", proposer="hybrid"), None, frozenset(),

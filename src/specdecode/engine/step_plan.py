@@ -26,7 +26,7 @@ def plan_rows(rows, proposers: dict, policy: LoadPolicy, costs, k_max: int, limi
             reach = proposer.reach(r, k_max)
             source, k = r.auto.choose(costs, reach)
             if source == "draft" and k and len(rows) == 1 and costs is not None \
-                    and not lone_catch_up_pays(r, costs, proposer.behind(r), min(k, r.room(limit)), knobs):
+                    and not lone_catch_up_pays(r, costs, proposer.behind(r), min(reach["draft"], r.room(limit)), knobs):
                 # The draft model's catch-up would not pay back: the lookup drafts if it can.
                 others = {name: n for name, n in reach.items() if name != "draft"}
                 source, k = r.auto.choose(costs, others) if others else (source, 0)
@@ -54,11 +54,19 @@ def plan_rows(rows, proposers: dict, policy: LoadPolicy, costs, k_max: int, limi
 
 
 def lone_catch_up_pays(r, costs, behind: int, k: int, knobs: LoadCapKnobs) -> bool:
-    """catch_up_pays for a k="auto" row alone whose draft model is `behind` (a row of a batch is
-    priced by the load policy instead)."""
+    """catch_up_pays for a k="auto" row alone whose draft model is `behind`, up to the k the row could
+    draft (a row of a batch is priced by the load policy instead).
+
+    The saving is read at the draft's acceptance `knobs.catch_up_optimism` standard deviations up
+    (AcceptanceTracker.optimistic): the catch-up is paid once, and only a draft that is caught up is
+    ever judged. Read at its mean, a draft whose prior is below what it does on this text (the
+    calibration text's agreement against greedy code's) is never caught up, so never drafts, so its
+    prior is never corrected; read at the top of its plausible range, it is tried, and once judged
+    the range narrows to what it really does."""
     if behind <= knobs.probe_max_behind:
         return True
-    want = RowPlan(k, r.auto.rules["draft"].acceptance, True, behind)
+    hope = r.auto.rules["draft"].acceptance.optimistic(knobs.catch_up_optimism)
+    want = RowPlan(k, hope, True, behind)
     return catch_up_pays(costs, want, k, r.params.max_new_tokens - len(r.request.generated), knobs.catch_up_horizon)
 
 

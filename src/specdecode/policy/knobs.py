@@ -40,6 +40,9 @@ class LoadCapKnobs:
     probe_max_behind: int = 2
     # A row alone weighs a draft model's catch-up against the saving over at most this many tokens.
     catch_up_horizon: int = 256
+    # ... at the draft's acceptance this many standard deviations above its estimate (0: the estimate):
+    # the catch-up is what lets a draft be judged at all (engine/step_plan.lone_catch_up_pays).
+    catch_up_optimism: float = 1.0
 
 
 @dataclass(frozen=True)

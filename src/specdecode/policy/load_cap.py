@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .costs import AcceptanceTracker, PassCosts, best_k
+from .costs import AcceptanceBound, AcceptanceTracker, PassCosts, best_k
 from .knobs import LoadCapKnobs
 
 
@@ -21,7 +21,7 @@ class RowPlan:
     """What one row would draft this step, before the cap."""
 
     wanted: int  # its own k for this step (after max_new_tokens and context limits)
-    acceptance: AcceptanceTracker  # its recent acceptance by position
+    acceptance: AcceptanceTracker | AcceptanceBound  # its acceptance by position (a tracker, or a reading of one)
     uses_draft_model: bool  # this step's drafts would come from the draft model
     behind: int = 0  # context tokens the draft model must process first (its catch-up)
 

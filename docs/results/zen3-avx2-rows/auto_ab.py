@@ -1,0 +1,76 @@
+"""A/B of k=auto's rules, interleaved prompt by prompt in one process: the default against
+- flat: the same counts read with a flat prior at every position (no `AcceptanceTracker.borrows`);
+- meancatch: a draft model's catch-up weighed at its mean acceptance (`catch_up_optimism` = 0);
+beside fixed k.
+
+Each arm keeps its own suffix memory and pooled acceptance, as `specdecode bench` keeps each method's.
+Usage (from the repository root, nothing else running):
+  .venv/bin/python docs/results/zen3-avx2-rows/borrow_ab.py ARMS LIMIT TEMPERATURE WORKLOAD
+  e.g. ... auto,flat,6,4 8 0 code      (ARMS: auto, flat, meancatch, or a fixed k)
+Prints one line per prompt and arm (passes by source: [passes, drafted, accepted]) and the totals.
+"""
+
+import sys
+from collections import OrderedDict
+
+import numpy as np
+
+from specdecode.bench.workloads import load_workload
+from specdecode.engine import stats
+from specdecode.models.generator import SpeculativeGenerator
+from specdecode.policy import costs
+from specdecode.policy.knobs import LoadCapKnobs
+from specdecode.proposers.suffix import memories_for
+from specdecode.sampling.params import SamplingParams
+
+FLAT = {"on": False}
+borrowing = costs.AcceptanceTracker.conditional.fget
+
+
+def conditional(self):
+    if FLAT["on"]:
+        return np.divide(self.accepted, self.judged, out=np.zeros_like(self.accepted), where=self.judged > 0)
+    return borrowing(self)
+
+
+costs.AcceptanceTracker.conditional = property(conditional)
+passes = []
+record = stats.GenerationStats.record_pass
+
+
+def logged(self, drafted, accepted, draft_s, verify_s, chances=(), source=None, levels=None):
+    passes.append((source, drafted, accepted))
+    return record(self, drafted, accepted, draft_s, verify_s, chances, source, levels)
+
+
+stats.GenerationStats.record_pass = logged
+
+arms, limit, temperature, workload = sys.argv[1].split(","), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+gen = SpeculativeGenerator.from_pretrained(target="llamacpp:default@q4_0", draft="llamacpp:default@q4_0+v16k",
+                                           proposer="hybrid-suffix")
+prompts = [p.turns[0] for p in load_workload(workload, None, limit)]
+params = SamplingParams(max_new_tokens=64, temperature=temperature, seed=0, ignore_eos=True)
+gen.generate(prompts[0], SamplingParams(max_new_tokens=4), k="auto")  # warm-up
+memories = {arm: OrderedDict() for arm in arms}
+pooled = {arm: {} for arm in arms}
+totals = {arm: [0.0, 0, 0, 0.0] for arm in arms}  # seconds, tokens, passes, prefill seconds
+for i, prompt in enumerate(prompts):
+    for arm in arms:
+        FLAT["on"] = arm == "flat"
+        k = int(arm) if arm.isdigit() else "auto"
+        knobs = LoadCapKnobs(catch_up_optimism=0.0 if arm == "meancatch" else LoadCapKnobs.catch_up_optimism)
+        passes.clear()
+        saved, gen.pooled_acceptance = gen.pooled_acceptance, pooled[arm]
+        with memories_for(gen.proposers, memories[arm]), gen.configured(load_cap=knobs):
+            s = gen.generate(prompt, params, k=k).stats
+        gen.pooled_acceptance = saved
+        t = totals[arm]
+        t[0] += s["total_s"]; t[1] += s["new_tokens"]; t[2] += s["target_passes"]; t[3] += s["prefill_s"]
+        by = {}
+        for source, drafted, accepted in passes:
+            b = by.setdefault(source or "none", [0, 0, 0])
+            b[0] += 1; b[1] += drafted; b[2] += accepted
+        print(arm, i, by, f"{s['new_tokens'] / (s['total_s'] - s['prefill_s']):.1f} tok/s decode", flush=True)
+for arm, (seconds, tokens, n, prefill) in totals.items():
+    print("total", arm, f"{tokens / seconds:.1f} tok/s, decode {tokens / (seconds - prefill):.1f} tok/s, "
+          f"{tokens / n:.2f} tokens a pass", flush=True)
