@@ -66,6 +66,9 @@ def test_our_speculative_server_passes_and_the_naive_one_fails(pair, tok, capsys
     with server(pair, tok, naive=True) as (url, _):
         wrong = verify(capsys, monkeypatch, "--endpoint", url, *ARGS, code=1)
         assert not wrong["passed"] and wrong["p_value"] < 1e-3
+        # Samples as text (no logprobs asked): the naive residual is caught all the same.
+        wrong = verify(capsys, monkeypatch, "--endpoint", url, *ARGS, "--outcome", "text", code=1)
+        assert not wrong["passed"] and "logprobs" not in wrong["request"]
 
 
 def test_first_token_against_the_baselines_exact_distribution(pair, tok, capsys, monkeypatch):
@@ -90,6 +93,8 @@ def test_clear_errors(pair, tok, capsys, monkeypatch):
         assert "does not serve 'other'" in err
         err = verify(capsys, monkeypatch, "--endpoint", url, *ARGS, "--detect-tv", "0.05", code=2)["stderr"]
         assert "use --samples" in err
+        err = verify(capsys, monkeypatch, "--endpoint", url, *ARGS, "--outcome", "ids", code=2)["stderr"]
+        assert "--outcome takes tokens or text, got 'ids'" in err
         with live_server(create_app(SpeculativeGenerator.from_models(pair[0], tok, "none"), "another")) as (b, _):
             err = verify(capsys, monkeypatch, "--endpoint", url, "--baseline", b, *ARGS, code=2)["stderr"]
             assert "serve different models" in err
@@ -130,15 +135,20 @@ def test_llama_cpp_server_with_prompt_lookup_passes_against_itself_without(capsy
     plain, plain_url = llama_server(gguf)
     spec, spec_url = llama_server(gguf, "--draft_model", "prompt-lookup-decoding", "--draft_model_num_pred_tokens", "4")
     try:
-        monkeypatch.setattr(sys, "argv", ["specdecode", "verify", "1, 2, 3, 1, 2, 3, 1, 2, 3, 1,", "--endpoint",
+        # Text outcomes: this server computes logprobs in Python, 5x the time of a 2-token request. A
+        # prompt that repeats itself (the lookup drafts) and whose continuation varies (a counting
+        # prompt has one outcome at top-k 3, and a test of one cell passes whatever the server does).
+        monkeypatch.setattr(sys, "argv", ["specdecode", "verify", "apple pear apple plum apple", "--endpoint",
                                           spec_url, "--baseline", plain_url, "--samples", "120", "--length", "2",
-                                          "--top-k", "3", "--temperature", "1", "--concurrency", "2", "--json"])
+                                          "--top-k", "3", "--temperature", "1", "--concurrency", "2", "--json",
+                                          "--outcome", "text"])
         try:
             cli.main()
         except SystemExit as exc:
             assert (exc.code or 0) == 0, capsys.readouterr().err
         report = json.loads(capsys.readouterr().out)
         assert report["passed"] and report["model"] == "peer" and report["samples"] == 120
+        assert "logprobs" not in report["request"] and report["distinct_outcomes"] >= 3
     finally:
         for proc in (plain, spec):
             proc.terminate()

@@ -263,11 +263,13 @@ def test_tree_drafting_over_a_llamacpp_target_emits_its_greedy_tokens():
 @pytest.mark.realmodel
 def test_bench_lists_llamacpp_peers_and_backends(monkeypatch, capsys, tmp_path):
     """A 600-token prompt: longer than llama.cpp's batch of 512, where the prompt-lookup peer once
-    overflowed its logits array."""
+    overflowed its logits array. The bundled 0.5B model as the target: what is tested is the
+    peers and the batch, and its prompts cost a third of the 1.5B's."""
     from specdecode import cli
+    from specdecode.models.registry import DEFAULT_DRAFT
 
     monkeypatch.setattr(sys, "argv", [
-        "specdecode", "bench", "--target", "llamacpp:default", "--methods", "plain,ngram,llamacpp,llamacpp-pld,hf",
+        "specdecode", "bench", "--target", f"llamacpp:{DEFAULT_DRAFT}", "--methods", "plain,ngram,llamacpp,llamacpp-pld,hf",
         "--k", "3", "--prompt-lengths", "600", "--max-new-tokens", "12", "--out", str(tmp_path)])
     try:
         cli.main()

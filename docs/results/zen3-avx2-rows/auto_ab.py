@@ -6,7 +6,8 @@ beside fixed k.
 Each arm keeps its own suffix memory and pooled acceptance, as `specdecode bench` keeps each method's.
 Usage (from the repository root, nothing else running):
   .venv/bin/python docs/results/zen3-avx2-rows/borrow_ab.py ARMS LIMIT TEMPERATURE WORKLOAD
-  e.g. ... auto,flat,6,4 8 0 code      (ARMS: auto, flat, meancatch, or a fixed k)
+  e.g. ... auto,flat,6,4 8 0 code      (ARMS: auto, flat, meancatch, or a fixed k;
+  PROPOSER:ARM runs another proposer than hybrid-suffix, e.g. suffix:auto or ngram:6)
 Prints one line per prompt and arm (passes by source: [passes, drafted, accepted]) and the totals.
 """
 
@@ -56,13 +57,14 @@ pooled = {arm: {} for arm in arms}
 totals = {arm: [0.0, 0, 0, 0.0] for arm in arms}  # seconds, tokens, passes, prefill seconds
 for i, prompt in enumerate(prompts):
     for arm in arms:
-        FLAT["on"] = arm == "flat"
-        k = int(arm) if arm.isdigit() else "auto"
-        knobs = LoadCapKnobs(catch_up_optimism=0.0 if arm == "meancatch" else LoadCapKnobs.catch_up_optimism)
+        FLAT["on"] = arm.endswith("flat")
+        proposer, _, rule = arm.rpartition(":")
+        k = int(rule) if rule.isdigit() else "auto"
+        knobs = LoadCapKnobs(catch_up_optimism=0.0 if rule == "meancatch" else LoadCapKnobs.catch_up_optimism)
         passes.clear()
         saved, gen.pooled_acceptance = gen.pooled_acceptance, pooled[arm]
         with memories_for(gen.proposers, memories[arm]), gen.configured(load_cap=knobs):
-            s = gen.generate(prompt, params, k=k).stats
+            s = gen.generate(prompt, params, k=k, proposer=proposer or None).stats
         gen.pooled_acceptance = saved
         t = totals[arm]
         t[0] += s["total_s"]; t[1] += s["new_tokens"]; t[2] += s["target_passes"]; t[3] += s["prefill_s"]

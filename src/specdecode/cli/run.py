@@ -164,6 +164,9 @@ def verify(
     plot: Optional[str] = typer.Option(None, "--plot", help="with --endpoint: a PNG of the two distributions"),
     seeded: bool = typer.Option(False, "--seeded", help="with --endpoint: seed the requests (disjoint seeds per "
                                 "side, from --seed); unseeded by default"),
+    outcome: str = typer.Option("tokens", "--outcome", help="with --endpoint: what a sample is: tokens (its first "
+                                "L tokens, from logprobs) or text (its text: for servers whose logprobs are "
+                                "missing or slow)"),
 ):
     """Check that speculative sampling gives the target's distribution, on real models, or (--endpoint)
     that a running server's speculation does."""
@@ -175,7 +178,7 @@ def verify(
         if not 0 < alpha < 1:
             raise InvalidParameter(f"--alpha must be in (0, 1), got {alpha}")
         body = sampling_body(prompt, length, temperature, top_k, top_p, min_p, presence_penalty, frequency_penalty,
-                             json_schema)
+                             json_schema, outcome)
         return verify_endpoint(prompt, endpoint, baseline, model, baseline_model, samples, length, body,
                                seed if seeded else None, alpha, concurrency, detect_tv, plot, as_json)
     from rich.progress import Progress
