@@ -6,7 +6,7 @@ beside fixed k.
 Each arm keeps its own suffix memory and pooled acceptance, as `specdecode bench` keeps each method's.
 Usage (from the repository root, nothing else running):
   .venv/bin/python docs/results/zen3-avx2-rows/borrow_ab.py ARMS LIMIT TEMPERATURE WORKLOAD
-  e.g. ... auto,flat,6,4 8 0 code      (ARMS: auto, flat, meancatch, or a fixed k;
+  e.g. ... auto,flat,6,4 8 0 code      (ARMS: auto, autoN (k_max N), flat, meancatch, or a fixed k;
   PROPOSER:ARM runs another proposer than hybrid-suffix, e.g. suffix:auto or ngram:6)
 Prints one line per prompt and arm (passes by source: [passes, drafted, accepted]) and the totals.
 """
@@ -20,7 +20,7 @@ from specdecode.bench.workloads import load_workload
 from specdecode.engine import stats
 from specdecode.models.generator import SpeculativeGenerator
 from specdecode.policy import costs
-from specdecode.policy.knobs import LoadCapKnobs
+from specdecode.policy.knobs import AutoKKnobs, LoadCapKnobs
 from specdecode.proposers.suffix import memories_for
 from specdecode.sampling.params import SamplingParams
 
@@ -61,9 +61,10 @@ for i, prompt in enumerate(prompts):
         proposer, _, rule = arm.rpartition(":")
         k = int(rule) if rule.isdigit() else "auto"
         knobs = LoadCapKnobs(catch_up_optimism=0.0 if rule == "meancatch" else LoadCapKnobs.catch_up_optimism)
+        reach = AutoKKnobs(k_max=int(rule[4:]) if rule.startswith("auto") and rule[4:].isdigit() else AutoKKnobs.k_max)
         passes.clear()
         saved, gen.pooled_acceptance = gen.pooled_acceptance, pooled[arm]
-        with memories_for(gen.proposers, memories[arm]), gen.configured(load_cap=knobs):
+        with memories_for(gen.proposers, memories[arm]), gen.configured(load_cap=knobs, auto_k=reach):
             s = gen.generate(prompt, params, k=k, proposer=proposer or None).stats
         gen.pooled_acceptance = saved
         t = totals[arm]
