@@ -8,6 +8,8 @@ Usage (from the repository root, nothing else running):
   .venv/bin/python docs/results/zen3-avx2-rows/borrow_ab.py ARMS LIMIT TEMPERATURE WORKLOAD
   e.g. ... auto,flat,6,4 8 0 code      (ARMS: auto, autoN (k_max N), flat, meancatch, or a fixed k;
   PROPOSER:ARM runs another proposer than hybrid-suffix, e.g. suffix:auto or ngram:6)
+WORKLOAD "repeat": two prompts whose answer repeats the prompt (an edit, a correction), up to 128
+tokens to the end of the answer instead of 64 past it.
 Prints one line per prompt and arm (passes by source: [passes, drafted, accepted]) and the totals.
 """
 
@@ -49,8 +51,30 @@ stats.GenerationStats.record_pass = logged
 arms, limit, temperature, workload = sys.argv[1].split(","), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 gen = SpeculativeGenerator.from_pretrained(target="llamacpp:default@q4_0", draft="llamacpp:default@q4_0+v16k",
                                            proposer="hybrid-suffix")
-prompts = [p.turns[0] for p in load_workload(workload, None, limit)]
-params = SamplingParams(max_new_tokens=64, temperature=temperature, seed=0, ignore_eos=True)
+code = '''def merge_intervals(intervals):
+    if not intervals:
+        return []
+    intervals.sort(key=lambda x: x[0])
+    merged = [intervals[0]]
+    for start, end in intervals[1:]:
+        last_start, last_end = merged[-1]
+        if start <= last_end:
+            merged[-1] = (last_start, max(last_end, end))
+        else:
+            merged.append((start, end))
+    return merged
+'''
+text = ("The quarterly report shows that revenue grew by 12 percent compared with the same quarter last year, "
+        "driven mainly by strong demand in the European market and a recovery in Asian sales. Operating costs rose "
+        "by 4 percent, largely because of higher energy prices and new hires in the engineering team. ")
+REPEAT = ["Add type hints to this Python function and return the whole function:\n\n" + code,
+          "Correct any spelling mistakes in the following text and return it in full:\n\n" + text.replace("revenue", "revenu")]
+if workload == "repeat":
+    prompts = REPEAT[:limit]
+    params = SamplingParams(max_new_tokens=128, temperature=temperature, seed=0)
+else:
+    prompts = [p.turns[0] for p in load_workload(workload, None, limit)]
+    params = SamplingParams(max_new_tokens=64, temperature=temperature, seed=0, ignore_eos=True)
 gen.generate(prompts[0], SamplingParams(max_new_tokens=4), k="auto")  # warm-up
 memories = {arm: OrderedDict() for arm in arms}
 pooled = {arm: {} for arm in arms}
