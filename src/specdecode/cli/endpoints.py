@@ -28,8 +28,7 @@ def sampling_body(prompt: str, length: int, temperature: float, top_k: int, top_
     for logprobs, whose tokens are the sample; "text" does not, and the sample is the completion's
     text: a function of its tokens, so two equal token distributions give equal text ones and the
     test stays valid (with cells merged where two token sequences spell one text), for servers whose
-    logprobs are missing or slow (llama-cpp-python's server computes them in Python, 5x a request's
-    time for 2 tokens of a 0.5B model)."""
+    logprobs are missing or slow (llama-cpp-python's server computes them in Python; docs/endpoints.md)."""
     if outcome not in OUTCOMES:
         raise InvalidParameter(f"--outcome takes {' or '.join(OUTCOMES)}, got {outcome!r}")
     body: dict = {"prompt": prompt, "max_tokens": length, "temperature": temperature}

@@ -15,9 +15,8 @@ class AutoKKnobs:
     """k="auto" per request (policy/auto_k.py)."""
 
     # The largest k it may reach. The cost rule holds k short where deep drafts do not pay; this only
-    # bounds a lookup that is right for long stretches (an answer the suffix memory has seen before):
-    # 16 against 8 gave 1.29x the decode speed there on a steep Zen 3 curve and the same elsewhere; 32
-    # lost to long drafts rejected early (docs/choosing-k.md).
+    # bounds a lookup that is right for long stretches (an answer the suffix memory has seen before).
+    # Far above it a long draft rejected early costs a wide pass (measurements: docs/choosing-k.md).
     k_max: int = 16
     k_start: int = 4  # the controller's first allowance
     grow_after_full_block: int = 2  # allowance added when a block that used all of it was accepted whole
