@@ -71,3 +71,25 @@ def test_verify_passes_with_a_shortlisted_draft_and_catches_the_naive_residual(m
     # The shortlist leaves the naive residual a smaller bias than a full draft: more samples to see it.
     report = run_verify(monkeypatch, capsys, dirs, "--seed", "6", "--naive", "--samples", "1500", code=1)
     assert not report["passed"]
+
+
+def test_verify_refuses_the_options_of_the_other_mode(monkeypatch, capsys, tiny_dirs):
+    """An option the chosen mode would ignore is refused, never dropped silently: --naive with --endpoint
+    would report a real server's check as the naive control's, --plot without it would draw nothing."""
+    from clirun import run_cli
+
+    err = run_cli(capsys, monkeypatch, "verify", "x", "--target", tiny_dirs["target"], "--plot", "d.png",
+                  "--seeded", "--presence-penalty", "0.5", code=2)["stderr"]
+    assert "--presence-penalty, --plot, --seeded have no effect without --endpoint" in err
+    assert "Traceback" not in err
+    err = run_cli(capsys, monkeypatch, "verify", "x", "--endpoint", "http://127.0.0.1:1", "--naive", "--k", "2",
+                  code=2)["stderr"]
+    assert "--k, --naive have no effect with --endpoint" in err
+    # Given at their defaults they are read the same either way, and still refused: the user asked.
+    err = run_cli(capsys, monkeypatch, "verify", "x", "--endpoint", "http://127.0.0.1:1", "--tree", "0",
+                  code=2)["stderr"]
+    assert "--tree has no effect with --endpoint" in err
+    # The options both modes read pass: this run stops only at the unreachable server.
+    err = run_cli(capsys, monkeypatch, "verify", "x", "--endpoint", "http://127.0.0.1:1", "--samples", "20",
+                  "--top-k", "3", code=2)["stderr"]
+    assert "cannot reach http://127.0.0.1:1" in err

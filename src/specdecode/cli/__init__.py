@@ -28,6 +28,19 @@ err = Console(stderr=True)
 USER_ERRORS = (ModelError, InvalidParameter, RequestError, ValueError, FileNotFoundError)
 
 
+def refuse_unused(ctx: typer.Context, names: dict[str, str], when: str) -> None:
+    """Refuse options given on the command line that this mode does not read: an option the user
+    set and the command then ignored would be a silent wrong answer. names: parameter -> its flag;
+    when: the mode and what to do, after "have no effect" ("{them}" names the options)."""
+    # By the enum's name: typer ships its own copy of click, whose enum is not click's.
+    given = [flag for name, flag in names.items()
+             if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"]
+    if given:
+        one = len(given) == 1
+        raise InvalidParameter(f"{', '.join(given)} {'has' if one else 'have'} no effect "
+                               + when.format(them="it" if one else "them"))
+
+
 def parse_k(value: str) -> int | str:
     if value == "auto":
         return value

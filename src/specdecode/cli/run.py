@@ -14,7 +14,7 @@ from rich.table import Table
 from ..engine.request import check_tree
 from ..sampling.params import InvalidParameter, SamplingParams
 from . import (Device, DType, Draft, DraftContext, DraftDType, Proposer, Sampler, Target, app, check_draft_context,
-               err, from_config, out, parse_k, sampling_from_flags, summary_line)
+               err, from_config, out, parse_k, refuse_unused, sampling_from_flags, summary_line)
 from .render import print_verify_report
 
 
@@ -117,8 +117,19 @@ def models():
                       "(a few minutes on a small CPU)", highlight=False)
 
 
+# verify's options that only one of its two modes reads (parameter -> flag).
+LOCAL_ONLY = {"target": "--target", "draft": "--draft", "proposer": "--proposer", "k": "--k", "dtype": "--dtype",
+              "draft_dtype": "--draft-dtype", "device": "--device", "naive": "--naive", "sampler": "--sampler",
+              "verifier": "--verifier", "tree": "--tree", "batch_size": "--batch-size"}
+ENDPOINT_ONLY = {"baseline": "--baseline", "model": "--model", "baseline_model": "--baseline-model",
+                 "concurrency": "--concurrency", "presence_penalty": "--presence-penalty",
+                 "frequency_penalty": "--frequency-penalty", "json_schema": "--json-schema",
+                 "detect_tv": "--detect-tv", "plot": "--plot", "seeded": "--seeded", "outcome": "--outcome"}
+
+
 @app.command()
 def verify(
+    ctx: typer.Context,
     prompt: str = typer.Argument(..., help="the user message (or raw text with --no-chat)"),
     target: str = Target,
     draft: str = Draft,
@@ -171,6 +182,8 @@ def verify(
     """Check that speculative sampling gives the target's distribution, on real models, or (--endpoint)
     that a running server's speculation does."""
     if endpoint:
+        refuse_unused(ctx, LOCAL_ONLY, "with --endpoint (the server runs its own models and speculation): "
+                      "drop {them}")
         from .endpoints import sampling_body, verify_endpoint
 
         if not 1 <= length <= 8:
@@ -181,6 +194,8 @@ def verify(
                              json_schema, outcome)
         return verify_endpoint(prompt, endpoint, baseline, model, baseline_model, samples, length, body,
                                seed if seeded else None, alpha, concurrency, detect_tv, plot, as_json)
+    refuse_unused(ctx, ENDPOINT_ONLY, "without --endpoint: add --endpoint URL to check a running server, "
+                  "or drop {them}")
     from rich.progress import Progress
 
     from ..engine.engine import EngineConfig
