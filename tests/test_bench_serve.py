@@ -50,6 +50,11 @@ def test_one_started_server_is_load_tested(tiny_dirs, capsys, monkeypatch, tmp_p
     (("--serve", "--proposer 'none"), "is not a shell-quoted flag list"),
     (("--serve", "--k 0", "--endpoint", "http://127.0.0.1:1"), "give one of them"),
     (("--serve", "a", "--serve", "b", "--serve", "c"), "--serve takes one server (a load test) or two (paired)"),
+    # Options one mode would not read are refused, not dropped: a served bench's --json-schema or --k
+    # would not reach the server, an in-process bench's --requests would change nothing.
+    (("--serve", "--k 0", "--json-schema", "s.json", "--k", "2"), "--k, --json-schema have no effect on a running server"),
+    (("--endpoint", "http://127.0.0.1:1", "--serve-timeout", "5"), "--serve-timeout has no effect with --endpoint"),
+    (("--requests", "4", "--api", "completions"), "--requests, --api have no effect in the in-process bench"),
 ])
 def test_bad_serve_flags_are_refused(capsys, monkeypatch, args, message):
     assert message in run_cli(capsys, monkeypatch, "bench", *args, code=2)["stderr"]

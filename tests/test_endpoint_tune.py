@@ -97,3 +97,9 @@ def test_clear_errors(tmp_path, tok, capsys, monkeypatch):
         err = run_cli(capsys, monkeypatch, "tune", "--endpoint", url, "--draft-cost", "0.3", "--requests", "2",
                       "--max-new-tokens", "4", "--limit", "2", code=2)["stderr"]
         assert "checked no drafts" in err  # a plain server: its counters never move
+        # The options of the other mode are refused, not dropped.
+        err = run_cli(capsys, monkeypatch, "tune", "--endpoint", url, "--k", "2,4", "--save", "x.json",
+                      code=2)["stderr"]
+        assert "--k, --save have no effect with --endpoint" in err
+    err = run_cli(capsys, monkeypatch, "tune", "--draft-cost", "0.3", "--window", "5", code=2)["stderr"]
+    assert "--draft-cost, --window have no effect without --endpoint" in err

@@ -10,7 +10,8 @@ import typer
 from rich.table import Table
 
 from ..sampling.params import InvalidParameter, SamplingParams
-from . import (Device, DType, Draft, DraftContext, DraftDType, Target, app, check_draft_context, err, out, parse_list)
+from . import (Device, DType, Draft, DraftContext, DraftDType, Target, app, check_draft_context, err, out, parse_list,
+               refuse_unused)
 from .render import print_plan
 
 
@@ -145,8 +146,17 @@ def _plan_acceptance(value: str, proposer: str) -> float:
     return a
 
 
+# The options only one of tune's modes reads (parameter -> flag): the measurements here, or a running server.
+TUNE_LOCAL_ONLY = {"target": "--target", "draft": "--draft", "proposer": "--proposer", "k": "--k", "dtype": "--dtype",
+                   "draft_dtype": "--draft-dtype", "device": "--device", "draft_context": "--draft-context",
+                   "measure": "--measure", "save": "--save"}
+TUNE_ENDPOINT_ONLY = {"cost_curve": "--cost-curve", "draft_cost": "--draft-cost", "concurrency": "--concurrency",
+                      "requests": "--requests", "window": "--window"}
+
+
 @app.command()
 def tune(
+    ctx: typer.Context,
     workload: str = typer.Option("spec-bench", "--workload"),
     categories: Optional[str] = typer.Option(None, "--categories"),
     limit: int = typer.Option(6, "--limit", help="prompts used for the measurements"),
@@ -184,9 +194,13 @@ def tune(
     if endpoint:
         from .endpoints import tune_endpoint
 
+        refuse_unused(ctx, TUNE_LOCAL_ONLY, "with --endpoint (the server runs its own models and proposer): drop {them}")
+
         return tune_endpoint(endpoint, workload, categories, limit, max_new_tokens, temperature, cost_curve,
                              draft_cost, parse_list(concurrency, int, "--concurrency"), requests, window, as_json)
 
+    refuse_unused(ctx, TUNE_ENDPOINT_ONLY, "without --endpoint: add --endpoint URL to tune a running server, or "
+                  "drop {them}")
     from rich.progress import Progress
 
     from ..advise import tune as tuner

@@ -14,7 +14,7 @@ from ..proposers import DEFAULT_PROPOSER
 from ..sampling.params import InvalidParameter, SamplingParams
 from .bench_inputs import read_system_prompt, schema_grammar
 from . import (Device, DType, Draft, DraftDType, SuffixTokens, Target, app, check_draft_context,
-               check_suffix_tokens, err, from_config, out, parse_k, parse_list)
+               check_suffix_tokens, err, from_config, out, parse_k, parse_list, refuse_unused)
 
 
 # Our default configuration beside the plain decoders a CPU user would otherwise run: a speedup is
@@ -22,8 +22,19 @@ from . import (Device, DType, Draft, DraftDType, SuffixTokens, Target, app, chec
 DEFAULT_METHODS = f"plain,{DEFAULT_PROPOSER},ngram,llamacpp,llama-server"
 
 
+# The options only one of bench's modes reads (parameter -> flag): in process, or a server under load.
+IN_PROCESS_ONLY = {"turns": "--turns", "prompt_lengths": "--prompt-lengths", "methods": "--methods", "k": "--k",
+                   "repeats": "--repeats", "target": "--target", "draft": "--draft", "dtype": "--dtype",
+                   "draft_dtype": "--draft-dtype", "device": "--device", "draft_context": "--draft-context",
+                   "suffix_cache_tokens": "--suffix-cache-tokens", "config": "--config", "verifier": "--verifier",
+                   "tree": "--tree", "json_schema": "--json-schema", "sampler": "--sampler"}
+SERVER_ONLY = {"requests": "--requests", "request_rate": "--request-rate", "model": "--model", "api": "--api",
+               "tokenizer_spec": "--tokenizer", "serve_timeout": "--serve-timeout"}
+
+
 @app.command()
 def bench(
+    ctx: typer.Context,
     workload: str = typer.Option("spec-bench", "--workload", help="spec-bench, code (24 Python function prompts), repetitive (40 JSON extractions into one schema, 4 code-edit conversations), or a JSONL file in Spec-Bench's format; several joined by commas"),
     categories: Optional[str] = typer.Option(None, "--categories", help="comma-separated (e.g. coding,qa,mt_bench)"),
     limit: Optional[int] = typer.Option(None, "--limit", help="prompts in all, an equal number per category"),
@@ -95,6 +106,11 @@ def bench(
                                "them")
     system = read_system_prompt(system_prompt_file)
     if serve or endpoint:
+        refuse_unused(ctx, IN_PROCESS_ONLY, "on a running server (it runs its own models, proposer and k): "
+                      "drop {them}, or set them in the server's own flags")
+        if endpoint:
+            refuse_unused(ctx, {"serve_timeout": "--serve-timeout"}, "with --endpoint (the server is running "
+                          "already): drop {them}")
         if system and api != "chat":
             raise InvalidParameter("--system-prompt-file needs --api chat: a completions prompt has no roles")
         servers = serve or endpoint
@@ -112,6 +128,8 @@ def bench(
 
         with served(serve, Path(out_dir), serve_timeout) as urls:
             return running(urls)
+    refuse_unused(ctx, SERVER_ONLY, "in the in-process bench: add --endpoint URL or --serve FLAGS to load-test a "
+                  "server, or drop {them}")
     import json
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
