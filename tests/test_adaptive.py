@@ -6,7 +6,7 @@ from specdecode import SamplingParams
 from specdecode.policy.auto_k import AdaptiveK
 from specdecode.policy.knobs import AutoKKnobs
 from specdecode.proposers import Plan
-from specdecode.policy.costs import AcceptanceTracker, CostCurve
+from specdecode.policy.costs import AcceptanceBound, AcceptanceTracker, CostCurve, DraftCost, PassCosts
 
 
 def test_controller_grows_on_full_acceptance_and_shrinks_on_rejection():
@@ -381,3 +381,56 @@ def test_a_probe_tries_the_promising_lookup_not_the_sources_in_turn():
     auto = SourceChoice({"ngram3": lookup, "draft": model}, probe_every=4, optimism=0.0)
     probes = [p for p in (auto.choose(costs, {"ngram3": 8, "draft": 8}) for _ in range(16)) if p[1]]
     assert {source for source, _ in probes} == {"ngram3", "draft"}
+
+
+# A draft model's drafting as timed through the engine on a 2-core Zen 3 (docs/choosing-k.md): a
+# part every pass pays plus a part a token, and the target's verify pass by width on the same machine.
+def drafting_s(k):
+    return 0.006 + 0.0107 * k
+
+
+ZEN3_VERIFY = CostCurve({1: .0405, 2: .0486, 3: .0562, 4: .0693, 5: .0814, 6: .0935})
+
+
+def test_a_draft_is_priced_as_a_part_a_pass_plus_a_part_a_token():
+    import numpy as np
+
+    cost = DraftCost(step=0.0115)  # one forward step of the draft alone, as --draft auto times it
+    assert cost(3) == pytest.approx(3 * 0.0115)  # before any pass: the step a token
+    cost.observe(1, drafting_s(1))
+    # One k seen: the line through it with the step's slope, so k = 3 is priced within 5%, where
+    # k times the k = 1 pass's cost is 27% over.
+    assert cost(3) == pytest.approx(drafting_s(3), rel=0.05)
+    assert 3 * drafting_s(1) > 1.25 * drafting_s(3)
+    cost.observe(3, drafting_s(3))
+    assert [cost(k) for k in (2, 6, 16)] == pytest.approx([drafting_s(k) for k in (2, 6, 16)])
+    cost.scale(2.0)  # the machine slowed down: every k with it
+    assert cost(4) == pytest.approx(2 * drafting_s(4))
+    # Without a step, one k seen is priced in proportion; noise that makes a deeper k look cheaper is
+    # read as the proportional fit, never as a price that falls with k or is below 0 at k = 1.
+    alone = DraftCost()
+    alone.observe(2, 0.03)
+    assert alone(4) == pytest.approx(0.06)
+    alone.observe(1, 0.02)
+    alone.observe(2, 0.019)
+    assert 0 < alone(1) < alone(2) < alone(3)
+    # k=auto on these costs at 95% acceptance a position: the learnt price picks the k the true
+    # costs pick; priced a token at the k = 1 pass's cost (the control) it stops short.
+    acceptance, rule = AcceptanceBound(np.full(32, 0.95)), AdaptiveK()
+    learnt = DraftCost(step=0.0115)
+    learnt.observe(1, drafting_s(1))
+    right = rule.best(drafting_s, ZEN3_VERIFY, acceptance)[0]
+    assert rule.best(learnt, ZEN3_VERIFY, acceptance)[0] == right > 2
+    assert rule.best(drafting_s(1), ZEN3_VERIFY, acceptance)[0] < right
+
+
+def test_pass_costs_learn_each_sources_drafting_by_k():
+    costs = PassCosts()
+    costs.seed_draft("draft", 0.0115)
+    assert costs.draft_price("draft")(2) == pytest.approx(0.023)
+    for k in (1, 2, 1, 2):
+        costs.observe("draft", k, drafting_s(k), 1 + k, ZEN3_VERIFY(1 + k))
+    assert costs.draft_price("draft")(5) == pytest.approx(drafting_s(5))
+    costs.observe("ngram3", 3, 3e-5, 4, ZEN3_VERIFY(4))  # a lookup's price is its own
+    assert costs.draft_price("ngram3")(3) == pytest.approx(3e-5)
+    assert costs.draft_price("draft")(5) == pytest.approx(drafting_s(5))

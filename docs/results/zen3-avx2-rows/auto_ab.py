@@ -1,12 +1,13 @@
 """A/B of k=auto's rules, interleaved prompt by prompt in one process: the default against
 - flat: the same counts read with a flat prior at every position (no `AcceptanceTracker.borrows`);
 - meancatch: a draft model's catch-up weighed at its mean acceptance (`catch_up_optimism` = 0);
+- pertoken: drafting priced a token at a time (k times what a token cost), not by `DraftCost`;
 beside fixed k.
 
 Each arm keeps its own suffix memory and pooled acceptance, as `specdecode bench` keeps each method's.
 Usage (from the repository root, nothing else running):
-  .venv/bin/python docs/results/zen3-avx2-rows/borrow_ab.py ARMS LIMIT TEMPERATURE WORKLOAD
-  e.g. ... auto,flat,6,4 8 0 code      (ARMS: auto, autoN (k_max N), flat, meancatch, or a fixed k;
+  .venv/bin/python docs/results/zen3-avx2-rows/auto_ab.py ARMS LIMIT TEMPERATURE WORKLOAD
+  e.g. ... auto,flat,6,4 8 0 code      (ARMS: auto, autoN (k_max N), flat, meancatch, pertoken, or a fixed k;
   PROPOSER:ARM runs another proposer than hybrid-suffix, e.g. suffix:auto or ngram:6)
 WORKLOAD "repeat": two prompts whose answer repeats the prompt (an edit, a correction), up to 128
 tokens to the end of the answer instead of 64 past it.
@@ -37,6 +38,15 @@ def conditional(self):
 
 
 costs.AcceptanceTracker.conditional = property(conditional)
+PER_TOKEN = {"on": False}
+by_k = costs.PassCosts.draft_price
+
+
+def draft_price(self, source):
+    return self.per_draft[source] if PER_TOKEN["on"] else by_k(self, source)
+
+
+costs.PassCosts.draft_price = draft_price
 passes = []
 record = stats.GenerationStats.record_pass
 
@@ -82,6 +92,7 @@ totals = {arm: [0.0, 0, 0, 0.0] for arm in arms}  # seconds, tokens, passes, pre
 for i, prompt in enumerate(prompts):
     for arm in arms:
         FLAT["on"] = arm.endswith("flat")
+        PER_TOKEN["on"] = arm.endswith("pertoken")
         proposer, _, rule = arm.rpartition(":")
         k = int(rule) if rule.isdigit() else "auto"
         knobs = LoadCapKnobs(catch_up_optimism=0.0 if rule == "meancatch" else LoadCapKnobs.catch_up_optimism)

@@ -278,8 +278,9 @@ def draft_scale(costs: Costs, accs: list[Acceptance]) -> float:
     tokens also pay for catching the draft up on the tokens the last pass accepted and, sampling,
     for the full q the rejection step needs. Scale the step so that it agrees in total with the
     acceptance runs' draft time (minutes of passes, interleaved with the other proposers), pooled
-    like `verify_scale`. A factor, not an offset: real draft tokens cost the same per token at
-    k = 1 as at k = 6 (docs/choosing-k.md)."""
+    like `verify_scale`. A factor: the acceptance runs all draft at k_max, which cannot tell a part
+    every pass pays from a part a token (k=auto learns both, from passes of several k:
+    policy/costs.DraftCost)."""
     measured = modelled = 0.0
     for acc in accs:
         tokens = acc.model_tokens(acc.k_max)

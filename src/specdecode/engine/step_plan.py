@@ -82,7 +82,7 @@ def catch_up_pays(costs, want: RowPlan, k: int, remaining: int,
     # Per token, at the costs k="auto"'s own rule uses: a probe (k = 1 where no k pays) saves nothing,
     # so a draft far behind is not caught up just to be probed.
     # The saving is the best k' <= k's: the catch-up is paid once, whichever k then drafts.
-    draft_token_s = costs.per_draft.get("draft", costs.draft_step(1))
-    plain = pass_seconds(costs.verify, draft_token_s, 0)
-    _, rate = best_k(want.acceptance.expected_tokens, lambda n: pass_seconds(costs.verify, draft_token_s, n), k)
+    draft = costs.draft_price("draft") if "draft" in costs.per_draft else costs.draft_step(1)
+    plain = pass_seconds(costs.verify, draft, 0)
+    _, rate = best_k(want.acceptance.expected_tokens, lambda n: pass_seconds(costs.verify, draft, n), k)
     return (plain - 1 / rate) * min(remaining, horizon) > costs.catch_up_seconds(want.behind)

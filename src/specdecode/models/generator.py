@@ -116,7 +116,7 @@ def seed_costs(costs, target_found: dict | None, draft_found: dict | None) -> No
         # Its price per drafted token at one row, so that k=auto prices the draft model from the
         # first pass. Unpriced, a source drafts at the controller's k to be measured, and a draft
         # model behind on the prompt whose catch-up that k does not repay would never be measured.
-        costs.per_draft.setdefault("draft", draft_s)
+        costs.seed_draft("draft", draft_s)
         # A draft's catch-up (its prefill of a prompt it has not seen), until one is timed in a
         # generation: the draft's own prefill of the calibration text, as --draft auto timed it; from
         # a choice that did not time it, the target's prefill time a token scaled by what a draft

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .costs import AcceptanceBound, AcceptanceTracker, CostCurve, PassCosts, best_k, pass_seconds
+from .costs import AcceptanceBound, AcceptanceTracker, CostCurve, DraftPrice, PassCosts, best_k, pass_seconds
 from .knobs import AutoKKnobs
 
 
@@ -67,15 +67,15 @@ class AdaptiveK:
         else:
             self.k = max(self.k_min, self.k - self.shrink)
 
-    def best(self, draft_token_s: float, verify: CostCurve, acceptance: AcceptanceTracker | AcceptanceBound,
+    def best(self, draft: DraftPrice, verify: CostCurve, acceptance: AcceptanceTracker | AcceptanceBound,
              k_max: int | None = None) -> tuple[int, float]:
         """(k, expected tokens/s) of the k that pays best, k = 0 (plain decoding) when none beats it
         by the margin (costs.best_k)."""
-        return best_k(acceptance.expected_tokens, lambda k: pass_seconds(verify, draft_token_s, k),
+        return best_k(acceptance.expected_tokens, lambda k: pass_seconds(verify, draft, k),
                       min(self.k_max, k_max or self.k_max), self.margin)
 
-    def best_by_cost(self, draft_token_s: float, verify: CostCurve, acceptance: AcceptanceTracker) -> int:
-        return self.best(draft_token_s, verify, acceptance)[0]
+    def best_by_cost(self, draft: DraftPrice, verify: CostCurve, acceptance: AcceptanceTracker) -> int:
+        return self.best(draft, verify, acceptance)[0]
 
 
 @dataclass
@@ -115,7 +115,7 @@ class SourceChoice:
                 continue
             if costs is None or not costs.known(source):
                 return source, min(rule.k, reach)
-            k, rate = rule.best(costs.per_draft[source], costs.verify, rule.acceptance, reach)
+            k, rate = rule.best(costs.draft_price(source), costs.verify, rule.acceptance, reach)
             options.append((rate, k, source))
         if not options:
             return next(iter(available)), 0
@@ -138,7 +138,7 @@ class SourceChoice:
         hopes = []
         for _, _, source in options:
             rule = self.rules[source]
-            k, rate = rule.best(costs.per_draft[source], costs.verify, rule.acceptance.optimistic(self.optimism),
+            k, rate = rule.best(costs.draft_price(source), costs.verify, rule.acceptance.optimistic(self.optimism),
                                 available[source])
             if k > 0:
                 hopes.append((rate, k, source))

@@ -50,9 +50,14 @@ def iid_speedup(rate: float, k: int, cost_ratio: float, verify_ratio: float = 1.
     return iid_expected_tokens(rate, k) / pass_seconds(CostCurve({1: verify_ratio}), cost_ratio, k)
 
 
-def pass_seconds(verify: "CostCurve", draft_token_s: float, k: int) -> float:
-    """One row's pass with k drafts: k drafting steps and the verify pass over 1 + k tokens."""
-    return k * draft_token_s + verify(1 + k)
+DraftPrice = float | Callable[[int], float]  # seconds a drafted token, or drafting k tokens as a function of k
+
+
+def pass_seconds(verify: "CostCurve", draft: DraftPrice, k: int) -> float:
+    """One row's pass with k drafts: drafting them (k times a price a token, or a DraftCost's k) and
+    the verify pass over 1 + k tokens."""
+    drafting = (draft(k) if k > 0 else 0.0) if callable(draft) else k * draft
+    return drafting + verify(1 + k)
 
 
 def best_k(tokens: Callable[[int], float], cost: Callable[[int], float], k_max: int,
@@ -116,6 +121,55 @@ class CostCurve:
         return float(np.interp(tokens, xs, ys))
 
 
+class DraftCost:
+    """Seconds one row's pass spends drafting k tokens from one source, learnt by k (a moving average
+    of each k drafted) and read as a fixed part plus a part a token: a + b k, fitted by least squares
+    over the k drafted so far.
+
+    A draft model's pass pays something whatever it drafts (its first step also takes the tokens the
+    last pass kept, its cache is cut back, the sampler and the shortlist run), so the price of one
+    token at k = 1 overprices every deeper k: priced a token at a time, a k=auto that drafts one
+    token never learns that the next ones cost less, and stays at k = 1. With one k seen, the line
+    goes through it with the slope `step` (one forward step of the draft alone, as measured when it
+    was chosen), where that is known and not dearer, else through the origin; where a fit over
+    several k would fall, or cost less than nothing at k = 0 (noise between close k), the
+    proportional fit through the origin is used."""
+
+    def __init__(self, smoothing: float = 0.2, step: float | None = None):
+        self.points: dict[int, float] = {}
+        self.smoothing = smoothing
+        self.step = step
+
+    def observe(self, k: int, seconds: float) -> None:
+        if k > 0 and seconds > 0:
+            self.points[k] = ema(self.points.get(k), seconds, self.smoothing)
+
+    def scale(self, factor: float) -> None:
+        """The machine's speed moved by `factor` (see CostCurve): every k moves with it."""
+        for k in self.points:
+            self.points[k] *= factor
+        if self.step is not None:
+            self.step *= factor
+
+    def line(self) -> tuple[float, float]:
+        """(a, b): drafting k tokens costs a + b k."""
+        if not self.points:
+            return 0.0, self.step or 0.0
+        ks = np.array(list(self.points), dtype=float)
+        ys = np.array(list(self.points.values()))
+        if len(ks) >= 2:
+            b, a = np.polyfit(ks, ys, 1)
+            if a >= 0 and b > 0:
+                return float(a), float(b)
+        elif self.step is not None and self.step * ks[0] <= ys[0]:
+            return float(ys[0] - self.step * ks[0]), self.step
+        return 0.0, float((ks * ys).sum() / (ks * ks).sum())
+
+    def __call__(self, k: int) -> float:
+        a, b = self.line()
+        return a + b * k if k > 0 else 0.0
+
+
 class CatchUpPrice:
     """Seconds a draft model takes to process n context tokens it has not seen before it can draft,
     learnt per size class (n rounded to a power of two). The price a token is not one number: a few
@@ -152,7 +206,8 @@ class PassCosts:
     """Seconds per pass as this machine really runs them.
 
     verify: the one-row target pass by width; observed / correction: passes over several rows;
-    per_draft: each source's cost per drafted token at one row; draft: one batched draft step by the
+    per_draft: each source's cost per drafted token at one row (reports; the seed of a source
+    not yet run); drafting: each source's cost of k drafted tokens at one row (k=auto); draft: one batched draft step by the
     number of rows drafting; catch_up: what a draft model pays to process the context tokens it has
     not seen before it can draft for a row (its prefill of a new row, or what it missed while not
     drafting), by how many they are."""
@@ -161,6 +216,7 @@ class PassCosts:
         self.verify = CostCurve(smoothing=smoothing)
         self.draft = CostCurve(smoothing=smoothing)
         self.per_draft: dict[str, float] = {}
+        self.drafting: dict[str, DraftCost] = {}
         self.observed: dict[tuple[int, int], float] = {}
         self.correction: dict[int, float] = {}
         self.catch_up = CatchUpPrice(smoothing)
@@ -174,8 +230,22 @@ class PassCosts:
         for source in self.per_draft:
             if source != proposer or drafted == 0:
                 self.per_draft[source] *= drift
+                if source in self.drafting:
+                    self.drafting[source].scale(drift)
         if drafted > 0:
             self.per_draft[proposer] = ema(self.per_draft.get(proposer), draft_s / drafted, self.smoothing)
+            self.drafting.setdefault(proposer, DraftCost(self.smoothing)).observe(drafted, draft_s)
+
+    def draft_price(self, source: str) -> DraftPrice:
+        """What drafting k tokens from `source` costs at one row: learnt by k (DraftCost) once it
+        has drafted in a real pass or was seeded (seed_draft), else its price a token."""
+        return self.drafting.get(source) or self.per_draft[source]
+
+    def seed_draft(self, source: str, step_s: float) -> None:
+        """Price `source` before it drafts: one forward step of it measured alone (`--draft auto`),
+        which is also the slope DraftCost starts from once its first pass is timed."""
+        self.per_draft.setdefault(source, step_s)
+        self.drafting.setdefault(source, DraftCost(self.smoothing, step=step_s))
 
     def observe_batch(self, rows: int, width: int, seconds: float) -> None:
         """One pass over `rows` rows padded to `width` (scoring and rejection)."""
