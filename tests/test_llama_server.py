@@ -13,6 +13,9 @@ pytestmark = [pytest.mark.realmodel,
                                  reason="llama-server is not built: run `make llama-server` (make test does)")]
 
 PROMPT = "1, 2, 3, 1, 2, 3, 1, 2, 3, 1,"  # repetitive: the n-gram cache drafts here
+# For the exactness check: repetitive too, but with many outcomes at top-k 3 (the counting prompt
+# has one, and a test of one cell passes whatever the server does).
+VARIED = "red blue red green red blue red green red"
 
 
 @pytest.fixture(scope="module")
@@ -27,10 +30,11 @@ def test_llama_server_speculation_is_exact_against_itself_without(gguf, spec, ca
     spec = tuple(gguf if arg == "SELF" else arg for arg in spec)
     with llama_server.LlamaServer(gguf, context=1024) as plain, \
             llama_server.LlamaServer(gguf, *spec, "--spec-draft-n-max", "4", context=1024) as fast:
-        report = run_cli(capsys, monkeypatch, "verify", PROMPT, "--endpoint", fast.url, "--baseline", plain.url,
+        report = run_cli(capsys, monkeypatch, "verify", VARIED, "--endpoint", fast.url, "--baseline", plain.url,
                          "--samples", "200", "--length", "3", "--top-k", "3", "--temperature", "1",
                          "--concurrency", "1", "--json")
         assert report["passed"] and report["samples"] == 200, report
+        assert report["distinct_outcomes"] >= 3, report
         # It did speculate during the check (llama.cpp drafts up to max_tokens - 2 a request): its counters moved.
         from specdecode.advise.endpoint_tune import parse_metrics
         import httpx
