@@ -206,9 +206,13 @@ def test_requantised_draft_is_smaller_and_still_agrees(draft_runner):
 @needs_llamacpp
 @pytest.mark.realmodel
 def test_llamacpp_draft_for_a_torch_target_is_exact_greedy():
-    """Greedy speculative decoding with the llama.cpp draft emits the target's own greedy tokens."""
-    gen = SpeculativeGenerator.from_pretrained(target="default", draft="llamacpp:default", proposer="draft",
-                                               dtype="float32")
+    """Greedy speculative decoding with the llama.cpp draft emits the target's own greedy tokens. The
+    target is the 0.5B's checkpoint on torch (a third of the 1.5B's load), its draft the same model's
+    GGUF on llama.cpp: any torch target with any llama.cpp draft runs the same code."""
+    from specdecode.models.registry import resolve
+
+    gen = SpeculativeGenerator.from_pretrained(target=str(resolve("default", "draft").path), draft="llamacpp:default",
+                                               proposer="draft", dtype="float32")
     assert type(gen.proposers["draft"].runner).__name__ == "LlamaCppRunner"
     params = SamplingParams(max_new_tokens=24)
     spec = gen.generate(PROMPT, params, k=4, proposer="draft")
