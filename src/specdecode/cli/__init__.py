@@ -28,12 +28,14 @@ err = Console(stderr=True)
 USER_ERRORS = (ModelError, InvalidParameter, RequestError, ValueError, FileNotFoundError)
 
 
-def refuse_unused(ctx: typer.Context, names: dict[str, str], when: str) -> None:
+def refuse_unused(ctx: typer.Context, names: tuple[str, ...], when: str) -> None:
     """Refuse options given on the command line that this mode does not read: an option the user
-    set and the command then ignored would be a silent wrong answer. names: parameter -> its flag;
-    when: the mode and what to do, after "have no effect" ("{them}" names the options)."""
+    set and the command then ignored would be a silent wrong answer. names: the parameters, each
+    named in the message by its flag as the command declares it; when: the mode and what to do,
+    after "have no effect" ("{them}" names the options)."""
+    flags = {p.name: p.opts[0] for p in ctx.command.params}
     # By the enum's name: typer ships its own copy of click, whose enum is not click's.
-    given = [flag for name, flag in names.items()
+    given = [flags[name] for name in names
              if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"]
     if given:
         one = len(given) == 1

@@ -146,12 +146,10 @@ def _plan_acceptance(value: str, proposer: str) -> float:
     return a
 
 
-# The options only one of tune's modes reads (parameter -> flag): the measurements here, or a running server.
-TUNE_LOCAL_ONLY = {"target": "--target", "draft": "--draft", "proposer": "--proposer", "k": "--k", "dtype": "--dtype",
-                   "draft_dtype": "--draft-dtype", "device": "--device", "draft_context": "--draft-context",
-                   "measure": "--measure", "save": "--save"}
-TUNE_ENDPOINT_ONLY = {"cost_curve": "--cost-curve", "draft_cost": "--draft-cost", "concurrency": "--concurrency",
-                      "requests": "--requests", "window": "--window"}
+# The options only one of tune's modes reads (parameter names): the measurements here, or a running server.
+TUNE_LOCAL_ONLY = ("target", "draft", "proposer", "k", "dtype", "draft_dtype", "device", "draft_context", "measure",
+                   "save")
+TUNE_ENDPOINT_ONLY = ("cost_curve", "draft_cost", "concurrency", "requests", "window")
 
 
 @app.command()
@@ -194,7 +192,8 @@ def tune(
     if endpoint:
         from .endpoints import tune_endpoint
 
-        refuse_unused(ctx, TUNE_LOCAL_ONLY, "with --endpoint (the server runs its own models and proposer): drop {them}")
+        refuse_unused(ctx, TUNE_LOCAL_ONLY, "with --endpoint (the server runs its own models and proposer): "
+                      "drop {them}")
 
         return tune_endpoint(endpoint, workload, categories, limit, max_new_tokens, temperature, cost_curve,
                              draft_cost, parse_list(concurrency, int, "--concurrency"), requests, window, as_json)

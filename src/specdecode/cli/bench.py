@@ -22,14 +22,11 @@ from . import (Device, DType, Draft, DraftDType, SuffixTokens, Target, app, chec
 DEFAULT_METHODS = f"plain,{DEFAULT_PROPOSER},ngram,llamacpp,llama-server"
 
 
-# The options only one of bench's modes reads (parameter -> flag): in process, or a server under load.
-IN_PROCESS_ONLY = {"turns": "--turns", "prompt_lengths": "--prompt-lengths", "methods": "--methods", "k": "--k",
-                   "repeats": "--repeats", "target": "--target", "draft": "--draft", "dtype": "--dtype",
-                   "draft_dtype": "--draft-dtype", "device": "--device", "draft_context": "--draft-context",
-                   "suffix_cache_tokens": "--suffix-cache-tokens", "config": "--config", "verifier": "--verifier",
-                   "tree": "--tree", "json_schema": "--json-schema", "sampler": "--sampler"}
-SERVER_ONLY = {"requests": "--requests", "request_rate": "--request-rate", "model": "--model", "api": "--api",
-               "tokenizer_spec": "--tokenizer", "serve_timeout": "--serve-timeout"}
+# The options only one of bench's modes reads (parameter names): in process, or a server under load.
+IN_PROCESS_ONLY = ("turns", "prompt_lengths", "methods", "k", "repeats", "target", "draft", "dtype", "draft_dtype",
+                   "device", "draft_context", "suffix_cache_tokens", "config", "verifier", "tree", "json_schema",
+                   "sampler")
+SERVER_ONLY = ("requests", "request_rate", "model", "api", "tokenizer_spec", "serve_timeout")
 
 
 @app.command()
@@ -109,7 +106,7 @@ def bench(
         refuse_unused(ctx, IN_PROCESS_ONLY, "on a running server (it runs its own models, proposer and k): "
                       "drop {them}, or set them in the server's own flags")
         if endpoint:
-            refuse_unused(ctx, {"serve_timeout": "--serve-timeout"}, "with --endpoint (the server is running "
+            refuse_unused(ctx, ("serve_timeout",), "with --endpoint (the server is running "
                           "already): drop {them}")
         if system and api != "chat":
             raise InvalidParameter("--system-prompt-file needs --api chat: a completions prompt has no roles")

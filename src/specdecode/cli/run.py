@@ -117,14 +117,11 @@ def models():
                       "(a few minutes on a small CPU)", highlight=False)
 
 
-# verify's options that only one of its two modes reads (parameter -> flag).
-LOCAL_ONLY = {"target": "--target", "draft": "--draft", "proposer": "--proposer", "k": "--k", "dtype": "--dtype",
-              "draft_dtype": "--draft-dtype", "device": "--device", "naive": "--naive", "sampler": "--sampler",
-              "verifier": "--verifier", "tree": "--tree", "batch_size": "--batch-size"}
-ENDPOINT_ONLY = {"baseline": "--baseline", "model": "--model", "baseline_model": "--baseline-model",
-                 "concurrency": "--concurrency", "presence_penalty": "--presence-penalty",
-                 "frequency_penalty": "--frequency-penalty", "json_schema": "--json-schema",
-                 "detect_tv": "--detect-tv", "plot": "--plot", "seeded": "--seeded", "outcome": "--outcome"}
+# verify's options that only one of its two modes reads (parameter names).
+LOCAL_ONLY = ("target", "draft", "proposer", "k", "dtype", "draft_dtype", "device", "naive", "sampler", "verifier",
+              "tree", "batch_size")
+ENDPOINT_ONLY = ("baseline", "model", "baseline_model", "concurrency", "presence_penalty", "frequency_penalty",
+                 "json_schema", "detect_tv", "plot", "seeded", "outcome")
 
 
 @app.command()

@@ -206,9 +206,10 @@ class PassCosts:
     """Seconds per pass as this machine really runs them.
 
     verify: the one-row target pass by width; observed / correction: passes over several rows;
-    per_draft: each source's cost per drafted token at one row (reports; the seed of a source
-    not yet run); drafting: each source's cost of k drafted tokens at one row (k=auto); draft: one batched draft step by the
-    number of rows drafting; catch_up: what a draft model pays to process the context tokens it has
+    per_draft: each source's cost per drafted token at one row (a batched draft step's price until
+    one is timed; a source's whole price where no DraftCost learns it); drafting: each source's cost
+    of k drafted tokens at one row (k=auto); draft: one batched draft step by the number of rows
+    drafting; catch_up: what a draft model pays to process the context tokens it has
     not seen before it can draft for a row (its prefill of a new row, or what it missed while not
     drafting), by how many they are."""
 
@@ -239,7 +240,7 @@ class PassCosts:
     def draft_price(self, source: str) -> DraftPrice:
         """What drafting k tokens from `source` costs at one row: learnt by k (DraftCost) once it
         has drafted in a real pass or was seeded (seed_draft), else its price a token."""
-        return self.drafting.get(source) or self.per_draft[source]
+        return self.drafting[source] if source in self.drafting else self.per_draft[source]
 
     def seed_draft(self, source: str, step_s: float) -> None:
         """Price `source` before it drafts: one forward step of it measured alone (`--draft auto`),
