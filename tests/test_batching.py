@@ -107,6 +107,23 @@ def test_rows_join_while_others_decode(twin_gen):
         assert all(r.stats.accepted_tokens == r.stats.drafted_tokens > 0 for r in drafted)
 
 
+def test_generate_from_several_threads_takes_turns_at_the_steps(small_draft_gen):
+    """generate() from several threads on one engine (a caller's beside a server's loop): steps run one
+    at a time, each advancing every running request, and each request gets what it would get alone."""
+    import concurrent.futures
+
+    with engine_with(small_draft_gen, max_batch=8, load_policy=False) as engine:
+        requests = mixed_requests()[:8]
+
+        def run(req):
+            return engine.generate(req.prompt_ids, req.params, k=req.k, chat=False, proposer=req.proposer).token_ids
+
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            outputs = list(pool.map(run, requests))
+        for req, out in zip(requests, outputs):
+            assert out == alone(small_draft_gen, req), (req.proposer, req.k, req.params)
+
+
 def test_streaming_callback_and_stop_strings(twin_gen):
     with engine_with(twin_gen, max_batch=2, load_policy=False) as engine:
         plain = alone(twin_gen, Request([5, 6, 7], SamplingParams(max_new_tokens=20, ignore_eos=True), k=0,

@@ -82,6 +82,10 @@ class Engine(Scheduler):
         self.rows: list[Row] = []  # the running requests' working state, in the target runner's row order
         self.waiting: deque[Request] = deque()
         self._lock = threading.Lock()
+        # One step at a time: a caller's generate() beside a server's loop on the same engine would
+        # otherwise run two passes over the same rows at once. Each step advances every running
+        # request, so threads that take turns each see their own request finish.
+        self._stepping = threading.Lock()
         self._grammars: GrammarCompiler | None = None
         self.counters = {"steps": 0, "speculation_off_steps": 0, "admitted": 0, "finished": 0, "aborted": 0}
         # With no torch model here a step runs torch on one thread (backends.base.sampling_threads).
@@ -157,17 +161,18 @@ class Engine(Scheduler):
 
     @torch.inference_mode()
     def step(self) -> None:
-        self._leave([r for r in self.rows if r.request.cancelled], "abort")
-        self._admit()
-        if not self.rows:
-            return
-        try:
-            with torch_threads(self.step_threads):
-                self._decode()
-        except Exception as exc:
-            # The requests in the batch get the message; the operator gets the traceback.
-            log.exception("step failed; ending the %d running requests", len(self.rows))
-            self.fail_running(exc)
+        with self._stepping:
+            self._leave([r for r in self.rows if r.request.cancelled], "abort")
+            self._admit()
+            if not self.rows:
+                return
+            try:
+                with torch_threads(self.step_threads):
+                    self._decode()
+            except Exception as exc:
+                # The requests in the batch get the message; the operator gets the traceback.
+                log.exception("step failed; ending the %d running requests", len(self.rows))
+                self.fail_running(exc)
 
     def _decode(self) -> None:
         rows = self.rows
