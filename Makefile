@@ -107,8 +107,11 @@ $(LLAMA_SERVER): | $(STAMP)
 demo: install
 	$(VENV)/bin/specdecode demo
 
+# One pytest-xdist worker a core (at most 4), each computing on one thread (tests/conftest.py); a test
+# file stays on one worker, so its models load once.
+TEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n < 4 ? n : 4 )))
 test: install llama-server
-	$(PY) -m pytest -q -ra --durations=15
+	$(PY) -m pytest -q -ra --durations=15 -n $(TEST_WORKERS) --dist loadfile
 
 clean:
 	rm -rf $(VENV)

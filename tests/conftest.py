@@ -1,7 +1,17 @@
+import os
 import sys
 from pathlib import Path
 
 import pytest
+
+# Under pytest-xdist (`make test` runs one worker a core) each worker computes on one thread: torch's,
+# llama.cpp's and those of the servers and commands it starts, which inherit the environment. Workers
+# of a core's threads each would take turns on the cores instead of sharing them.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = os.environ["SPECDECODE_LLAMACPP_THREADS"] = "1"
+    import torch
+
+    torch.set_num_threads(1)
 
 sys.path.insert(0, str(Path(__file__).parent))
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import httpx
 
+from ..models.backends.llamacpp import default_threads
 from ..sampling.params import SamplingParams
 from .result import Run
 
@@ -55,7 +56,7 @@ class LlamaServer:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        threads = threads or len(os.sched_getaffinity(0))
+        threads = threads or default_threads()  # as our llama.cpp runner's (SPECDECODE_LLAMACPP_THREADS)
         self.url = f"http://127.0.0.1:{port}"
         self.command = [str(exe), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "--metrics",
                         "-c", str(context), "-np", "1", "-t", str(threads), "-tb", str(threads), *extra]
