@@ -1,13 +1,15 @@
 """A/B of k=auto's rules, interleaved prompt by prompt in one process: the default against
 - flat: the same counts read with a flat prior at every position (no `AcceptanceTracker.borrows`);
 - meancatch: a draft model's catch-up weighed at its mean acceptance (`catch_up_optimism` = 0);
+  catchN: at N standard deviations up;
 - pertoken: drafting priced a token at a time (k times what a token cost), not by `DraftCost`;
 beside fixed k.
 
-Each arm keeps its own suffix memory and pooled acceptance, as `specdecode bench` keeps each method's.
+Each arm keeps its own suffix memory and pooled acceptance, as `specdecode bench` keeps each method's;
+the learnt costs are shared, so the arms take turns at going first.
 Usage (from the repository root, nothing else running):
   .venv/bin/python docs/results/zen3-avx2-rows/auto_ab.py ARMS LIMIT TEMPERATURE WORKLOAD
-  e.g. ... auto,flat,6,4 8 0 code      (ARMS: auto, autoN (k_max N), flat, meancatch, pertoken, or a fixed k;
+  e.g. ... auto,flat,6,4 8 0 code      (ARMS: auto, autoN (k_max N), flat, meancatch, catchN, pertoken, or a fixed k;
   PROPOSER:ARM runs another proposer than hybrid-suffix, e.g. suffix:auto or ngram:6)
 WORKLOAD "repeat": two prompts whose answer repeats the prompt (an edit, a correction), up to 128
 tokens to the end of the answer instead of 64 past it.
@@ -90,12 +92,13 @@ memories = {arm: OrderedDict() for arm in arms}
 pooled = {arm: {} for arm in arms}
 totals = {arm: [0.0, 0, 0, 0.0] for arm in arms}  # seconds, tokens, passes, prefill seconds
 for i, prompt in enumerate(prompts):
-    for arm in arms:
+    for arm in arms[i % len(arms):] + arms[:i % len(arms)]:  # no arm always first after another's costs
         FLAT["on"] = arm.endswith("flat")
         PER_TOKEN["on"] = arm.endswith("pertoken")
         proposer, _, rule = arm.rpartition(":")
         k = int(rule) if rule.isdigit() else "auto"
-        knobs = LoadCapKnobs(catch_up_optimism=0.0 if rule == "meancatch" else LoadCapKnobs.catch_up_optimism)
+        knobs = LoadCapKnobs(catch_up_optimism=0.0 if rule == "meancatch" else float(rule[5:]) if rule.startswith("catch")
+                             else LoadCapKnobs.catch_up_optimism)
         reach = AutoKKnobs(k_max=int(rule[4:]) if rule.startswith("auto") and rule[4:].isdigit() else AutoKKnobs.k_max)
         passes.clear()
         saved, gen.pooled_acceptance = gen.pooled_acceptance, pooled[arm]
