@@ -124,6 +124,23 @@ def test_generate_from_several_threads_takes_turns_at_the_steps(small_draft_gen)
             assert out == alone(small_draft_gen, req), (req.proposer, req.k, req.params)
 
 
+def test_configured_refuses_a_busy_engine_and_restores_the_config(small_draft_gen):
+    """A config swapped under running requests would change them halfway: configured() refuses."""
+    engine = small_draft_gen
+    saved = engine.config
+    req = Request([5, 6, 7], SamplingParams(max_new_tokens=6, ignore_eos=True), k=2, proposer="draft")
+    engine.submit(req)
+    with pytest.raises(RuntimeError, match="idle engine"):
+        with engine.configured(cost_rule=False):
+            pass
+    assert engine.config is saved
+    engine.run_until_idle()
+    assert req.finish_reason == "length"
+    with engine.configured(max_batch=3) as busy:
+        assert busy.config.max_batch == 3
+    assert engine.config is saved
+
+
 def test_streaming_callback_and_stop_strings(twin_gen):
     with engine_with(twin_gen, max_batch=2, load_policy=False) as engine:
         plain = alone(twin_gen, Request([5, 6, 7], SamplingParams(max_new_tokens=20, ignore_eos=True), k=0,
@@ -170,6 +187,9 @@ def test_queue_limit_and_bad_requests(twin_gen):
         engine.check(Request([1], proposer="hybrid"))  # every proposer runs batched
         with pytest.raises(InvalidParameter, match="k must be"):
             engine.check(Request([1], k=-1))
+        for req in list(engine.waiting):  # the engine is shared: leave it idle
+            engine.cancel(req)
+        engine.run_until_idle()
 
 
 def test_a_failing_request_does_not_affect_the_others(twin_gen, monkeypatch):

@@ -107,13 +107,24 @@ class Engine(Scheduler):
 
     @contextlib.contextmanager
     def configured(self, **changes):
-        """Run with some EngineConfig fields changed, e.g. configured(cost_rule=False)."""
-        saved = self.config
-        self._set_config(dataclasses.replace(saved, **changes))
+        """Run with some EngineConfig fields changed, e.g. configured(cost_rule=False).
+
+        Everything the engine runs inside the block, from any thread, runs under the changes. It
+        refuses an engine with requests running or waiting, which were admitted under the config in
+        force, and swaps between steps, so no step sees half of one config and half of the other.
+        """
+        with self._stepping:
+            if not self.idle():
+                raise RuntimeError(f"configured() needs an idle engine, and {self.running} requests run and "
+                                   f"{self.queued} wait: change the config before serving, or after the "
+                                   f"requests finish")
+            saved = self.config
+            self._set_config(dataclasses.replace(saved, **changes))
         try:
             yield self
         finally:
-            self._set_config(saved)
+            with self._stepping:
+                self._set_config(saved)
 
     def _set_config(self, config: EngineConfig) -> None:
         old, self.config = self.config, config
