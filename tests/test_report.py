@@ -60,6 +60,25 @@ def test_report_prices_every_method_against_the_fastest_plain_decoder(bench_dir,
     assert by_group["mix"]["median_prompt_ratio"] == pytest.approx(((6.0 / 8.0) + (6.0 / 6.4)) / 2)
 
 
+def test_one_stalled_request_moves_the_pooled_ratio_not_the_median_per_prompt(tmp_path, capsys, monkeypatch):
+    runs = []
+    # Three prompts, the second with two turns; ours stalls on the third prompt only.
+    for prompt, turn, ours in [("a", 0, 8.0), ("b", 0, 8.0), ("b", 1, 8.0), ("c", 0, 40.0)]:
+        runs += [{**run("plain", None, prompt, "writing", 64, ours), "turn": turn},
+                 {**run("llamacpp", None, prompt, "writing", 64, 6.4 if turn else 8.0), "turn": turn}]
+    out = run_cli(capsys, monkeypatch, "report", str(write_runs(tmp_path / "s", runs)), "--json")
+    (check,) = out["checks"]
+    rows = {(m["method"], m["k"]): m for m in check["methods"]}
+    assert check["fastest_plain"]["all"]["method"] == "llamacpp"
+    pooled = rows["plain", "-"]["vs_fastest_plain"]["all"]
+    assert pooled == pytest.approx((30.4) / 64.0)  # seconds: llama.cpp's 30.4 against ours 64
+    # Per prompt (turns apart): 1.0, 1.0, 0.8, 0.2; their median, 0.9, is far from the pooled 0.475.
+    assert rows["plain", "-"]["median_prompt_vs_fastest_plain"] == pytest.approx(0.9)
+    assert rows["llamacpp", "-"]["median_prompt_vs_fastest_plain"] == pytest.approx(1.0)
+    text = run_cli(capsys, monkeypatch, "report", str(tmp_path / "s"))["stdout"]
+    assert "| plain | - | 4.00 | 0.48x | 0.90x | 0.48x | - | writing 0.48x |" in text
+
+
 def test_report_prints_markdown_per_temperature(bench_dir, capsys, monkeypatch):
     runs = (bench_dir / "runs.jsonl").read_text().splitlines()
     hot = [json.dumps({**json.loads(line), "temperature": 1.0}) for line in runs]

@@ -3,10 +3,10 @@
 Per temperature: each method and k's tokens/s over all prompts, the code prompts and the rest (the
 "mix"), as total new tokens over total seconds (prefill included, as the bench's own tokens/s),
 against the fastest plain decoder of that group in the same run (ours plain, llama.cpp's own loop or
-its server, whichever was fastest), and the worst non-code category against it. Then, per proposer,
-k=auto against the best fixed k of the same proposer: the ratio of the pooled rates, and the median
-over prompts of the per-prompt ratio (one run slowed by a shared machine moves the first, hardly
-the second).
+its server, whichever was fastest), the median over prompts of the per-prompt ratio to that decoder,
+and the worst non-code category against it. Then, per proposer, k=auto against the best fixed k of
+the same proposer, the same two ways. One request slowed by a shared machine moves a pooled rate,
+hardly the median: where the two disagree, the run was disturbed, not the method.
 """
 
 from __future__ import annotations
@@ -47,11 +47,13 @@ def k_label(k) -> str:
     return "-" if k is None else str(k)
 
 
-def median_prompt_ratio(runs: list[dict], method: str, k: str, other_k: str, group: str) -> float | None:
-    """Median over the group's prompts of method@k's tokens/s over method@other_k's."""
-    rate = {(r["prompt_id"], k_label(r["k"])): r["tokens_per_s"] for r in runs
-            if r["method"] == method and group in ("all", group_of(r))}
-    ratios = [rate[p, k] / rate[p, other_k] for p, kk in rate if kk == k and (p, other_k) in rate]
+def median_prompt_ratio(runs: list[dict], arm: tuple[str, str], other: tuple[str, str], group: str) -> float | None:
+    """Median over the group's prompts (each turn and repeat apart) of arm's tokens/s over other's;
+    an arm is (method, k label)."""
+    rate = {(r["method"], k_label(r["k"]), r["prompt_id"], r.get("turn", 0), r.get("repeat", 0)): r["tokens_per_s"]
+            for r in runs if group in ("all", group_of(r))}
+    ratios = [rate[key] / rate[(*other, *key[2:])] for key in rate
+              if key[:2] == arm and (*other, *key[2:]) in rate]
     return statistics.median(ratios) if ratios else None
 
 
@@ -79,7 +81,9 @@ def checks_at(temperature: float, runs: list[dict], groups: list[dict], categori
               if (m, k, g) in rate and rate[m, k, g]["speedup_vs_fastest_plain"] is not None}
         worst = min(((c, x) for (mm, kk, c), x in against.items() if (mm, kk) == (m, k)),
                     key=lambda cx: cx[1], default=None)
+        median = median_prompt_ratio(runs, (m, k), (fastest["all"]["method"], "-"), "all") if "all" in fastest else None
         methods.append({"method": m, "k": k, "tokens_per_s": rate[m, k, "all"]["tokens_per_s"], "vs_fastest_plain": vs,
+                        "median_prompt_vs_fastest_plain": median,
                         "worst_category": None if worst is None else
                         {"category": worst[0], "vs_fastest_plain": worst[1]}})
     auto_vs_fixed = []
@@ -94,7 +98,7 @@ def checks_at(temperature: float, runs: list[dict], groups: list[dict], categori
             auto_vs_fixed.append({"method": m, "group": group, "auto_tokens_per_s": auto,
                                   "best_fixed_k": best, "best_fixed_tokens_per_s": fixed[best],
                                   "ratio": auto / fixed[best],
-                                  "median_prompt_ratio": median_prompt_ratio(runs, m, "auto", best, group)})
+                                  "median_prompt_ratio": median_prompt_ratio(runs, (m, "auto"), (m, best), group)})
     return {"temperature": temperature, "fastest_plain": {g: fastest[g] for g in GROUPS if g in fastest},
             "methods": methods, "auto_vs_fixed": auto_vs_fixed}
 
@@ -110,12 +114,13 @@ def markdown(checks: list[dict], source: str = "") -> str:
         plain = ", ".join(f"{g} {v['method']} {v['tokens_per_s']:.2f} tok/s" for g, v in c["fastest_plain"].items())
         lines += [f"### T = {c['temperature']:g}{f' ({source})' if source else ''}", "",
                   f"Fastest plain decoder per group: {plain}.", "",
-                  "| method | k | tok/s all | vs fastest plain: all | mix | code | worst mix category |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| method | k | tok/s all | vs fastest plain: all | median per prompt | mix | code | worst mix category |",
+                  "|---|---|---|---|---|---|---|---|"]
         for m in c["methods"]:
             vs, worst = m["vs_fastest_plain"], m["worst_category"]
-            lines.append(f"| {m['method']} | {m['k']} | {m['tokens_per_s']:.2f} | "
-                         + " | ".join(ratio(vs.get(g)) for g in GROUPS)
+            lines.append(f"| {m['method']} | {m['k']} | {m['tokens_per_s']:.2f} | {ratio(vs.get('all'))} | "
+                         f"{ratio(m['median_prompt_vs_fastest_plain'])} | "
+                         + " | ".join(ratio(vs.get(g)) for g in GROUPS[1:])
                          + f" | {worst['category'] + ' ' + ratio(worst['vs_fastest_plain']) if worst else '-'} |")
         if c["auto_vs_fixed"]:
             lines += ["", "| proposer | group | k=auto tok/s | best fixed k | its tok/s | auto / best | median per prompt |",

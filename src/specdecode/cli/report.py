@@ -15,8 +15,9 @@ def report(
     as_json: bool = typer.Option(False, "--json", help="print one JSON object per folder"),
 ):
     """Per temperature: every method against the fastest plain decoder of the same run (all prompts,
-    code, the rest), its worst category, and k=auto against the best fixed k of each proposer.
-    Markdown, as docs/performance.md cites it."""
+    code, the rest; pooled, and the median per prompt, which one stalled request hardly moves), its
+    worst category, and k=auto against the best fixed k of each proposer. Markdown, as
+    docs/performance.md cites it."""
     from ..bench.speed_checks import load_runs, markdown, speed_checks
 
     for folder in folders:
