@@ -4,11 +4,11 @@ greedy answers, gemma reads the request and the answer so far as text and writes
 counted: the target's next tokens that text spells out.
 Usage, from the repo root: .venv/bin/python THIS_FILE GEMMA.gguf"""
 import json, statistics, sys, time
-from pathlib import Path
 import numpy as np
-from specdecode.models.backends.llamacpp import load_llama
+from specdecode.models.backends.llamacpp import load_llama, requantized
+from specdecode.models.registry import resolve
 
-target = Path.home() / ".cache/specdecode/gguf/qwen2.5-coder-1.5b-instruct-q4_k_m@q4_0.gguf"
+target = requantized(resolve("default", "target").gguf, "q4_0")
 gemma = sys.argv[1]
 
 
