@@ -47,13 +47,17 @@ def k_label(k) -> str:
     return "-" if k is None else str(k)
 
 
-def median_prompt_ratio(runs: list[dict], arm: tuple[str, str], other: tuple[str, str], group: str) -> float | None:
-    """Median over the group's prompts (each turn and repeat apart) of arm's tokens/s over other's;
-    an arm is (method, k label)."""
-    rate = {(r["method"], k_label(r["k"]), r["prompt_id"], r.get("turn", 0), r.get("repeat", 0)): r["tokens_per_s"]
+def prompt_rates(runs: list[dict], group: str) -> dict[tuple, float]:
+    """tokens/s by (method, k label, prompt, turn, repeat) over the group's runs."""
+    return {(r["method"], k_label(r["k"]), r["prompt_id"], r.get("turn", 0), r.get("repeat", 0)): r["tokens_per_s"]
             for r in runs if group in ("all", group_of(r))}
-    ratios = [rate[key] / rate[(*other, *key[2:])] for key in rate
-              if key[:2] == arm and (*other, *key[2:]) in rate]
+
+
+def median_prompt_ratio(rates: dict[tuple, float], arm: tuple[str, str], other: tuple[str, str]) -> float | None:
+    """Median over prompts (each turn and repeat apart) of arm's tokens/s over other's, from
+    prompt_rates; an arm is (method, k label)."""
+    ratios = [rate / rates[(*other, *key[2:])] for key, rate in rates.items()
+              if key[:2] == arm and (*other, *key[2:]) in rates]
     return statistics.median(ratios) if ratios else None
 
 
@@ -75,13 +79,14 @@ def checks_at(temperature: float, runs: list[dict], groups: list[dict], categori
     fastest = {g["category"]: {"method": g["method"], "tokens_per_s": g["tokens_per_s"]} for g in groups
                if g["k"] is None and g["method"] == g["fastest_plain"]}
     order = sorted({(m, k) for m, k, _ in rate}, key=lambda mk: (mk[0] not in PLAIN_METHODS, mk[0], mk[1]))
+    rates = {g: prompt_rates(runs, g) for g in GROUPS}
     methods = []
     for m, k in order:
         vs = {g: rate[m, k, g]["speedup_vs_fastest_plain"] for g in GROUPS
               if (m, k, g) in rate and rate[m, k, g]["speedup_vs_fastest_plain"] is not None}
         worst = min(((c, x) for (mm, kk, c), x in against.items() if (mm, kk) == (m, k)),
                     key=lambda cx: cx[1], default=None)
-        median = median_prompt_ratio(runs, (m, k), (fastest["all"]["method"], "-"), "all") if "all" in fastest else None
+        median = median_prompt_ratio(rates["all"], (m, k), (fastest["all"]["method"], "-")) if "all" in fastest else None
         methods.append({"method": m, "k": k, "tokens_per_s": rate[m, k, "all"]["tokens_per_s"], "vs_fastest_plain": vs,
                         "median_prompt_vs_fastest_plain": median,
                         "worst_category": None if worst is None else
@@ -98,7 +103,7 @@ def checks_at(temperature: float, runs: list[dict], groups: list[dict], categori
             auto_vs_fixed.append({"method": m, "group": group, "auto_tokens_per_s": auto,
                                   "best_fixed_k": best, "best_fixed_tokens_per_s": fixed[best],
                                   "ratio": auto / fixed[best],
-                                  "median_prompt_ratio": median_prompt_ratio(runs, (m, "auto"), (m, best), group)})
+                                  "median_prompt_ratio": median_prompt_ratio(rates[group], (m, "auto"), (m, best))})
     return {"temperature": temperature, "fastest_plain": {g: fastest[g] for g in GROUPS if g in fastest},
             "methods": methods, "auto_vs_fixed": auto_vs_fixed}
 
